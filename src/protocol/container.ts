@@ -1,0 +1,389 @@
+/**
+ * The SHiNE_DM v1 container (SPEC §3): encode, decode, verify, keys, pair consistency, body parsers.
+ * Pure: no I/O. Signature checks take an injected verifier.
+ */
+import { concatBytes, utf8 } from './bytes.js';
+import type { SignatureVerifier } from './ed25519.js';
+import { nobleVerifier, signEd25519 } from './ed25519.js';
+import { LOGIN_RE } from './login.js';
+
+export const MAGIC = utf8('SHiNE_DM');
+export const FORMAT_VERSION = 1;
+export const MAX_BODY = 65_536;
+/** The largest container: header and signature around the largest body (SPEC §3). */
+export const MAX_CONTAINER = MAX_BODY + 256;
+const SIGNATURE_LENGTH = 64;
+
+export const MessageType = {
+  TextIncoming: 1,
+  TextOutgoing: 2,
+  ReceiptIncoming: 3,
+  ReceiptOutgoing: 4,
+  DeleteMessageIncoming: 5,
+  DeleteMessageOutgoing: 6,
+  DeleteConversationIncoming: 7,
+  DeleteConversationOutgoing: 8,
+} as const;
+export type MessageType = 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8;
+
+/** Body lengths of the fixed-layout types (receipts and tombstones). */
+const FIXED_BODY: Record<number, number> = { 3: 20, 4: 20, 5: 13, 6: 13, 7: 8, 8: 8 };
+
+/** The fields a client chooses; encode() adds magic, version, lengths and the signature. */
+export interface ContainerFields {
+  messageType: MessageType;
+  fromLogin: string;
+  toLogin: string;
+  timeMs: number;
+  nonce: number;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  body: Uint8Array;
+}
+
+export interface Container extends ContainerFields {
+  signature: Uint8Array;
+  /** The whole container as received or encoded. */
+  bytes: Uint8Array;
+  /** Bytes covered by the signature: bytes[0 .. signedLength). */
+  signedLength: number;
+}
+
+export type ContainerErrorReason =
+  | 'TOO_LARGE'
+  | 'TRUNCATED'
+  | 'BAD_MAGIC'
+  | 'BAD_VERSION'
+  | 'BAD_TYPE'
+  | 'BAD_LOGIN'
+  | 'SAME_LOGIN'
+  | 'BAD_INTEGER'
+  | 'BODY_TOO_LARGE'
+  | 'BAD_BODY'
+  | 'TRAILING_BYTES';
+
+/** The codec's only error: decode() throws nothing else, whatever the input. */
+export class ContainerError extends Error {
+  constructor(
+    readonly reason: ContainerErrorReason,
+    message?: string,
+  ) {
+    super(message ?? reason);
+    this.name = 'ContainerError';
+  }
+}
+
+export function isOutgoingType(t: number): boolean {
+  return t % 2 === 0;
+}
+
+/** The login whose copy this is: toLogin for odd (incoming) types, fromLogin for even. */
+export function ownerOf(c: Pick<ContainerFields, 'messageType' | 'fromLogin' | 'toLogin'>): string {
+  return isOutgoingType(c.messageType) ? c.fromLogin : c.toLogin;
+}
+
+/** The other party of the dialog, seen from the owner. */
+export function peerOf(c: Pick<ContainerFields, 'messageType' | 'fromLogin' | 'toLogin'>): string {
+  return isOutgoingType(c.messageType) ? c.toLogin : c.fromLogin;
+}
+
+function checkFields(f: ContainerFields): void {
+  if (!Number.isInteger(f.messageType) || f.messageType < 1 || f.messageType > 8) throw new ContainerError('BAD_TYPE');
+  if (!LOGIN_RE.test(f.fromLogin) || !LOGIN_RE.test(f.toLogin)) throw new ContainerError('BAD_LOGIN');
+  if (f.fromLogin === f.toLogin) throw new ContainerError('SAME_LOGIN');
+  for (const v of [f.timeMs, f.revisionTimeMs, f.reencryptedAtMs]) {
+    if (!Number.isSafeInteger(v) || v < 0) throw new ContainerError('BAD_INTEGER');
+  }
+  if (!Number.isInteger(f.nonce) || f.nonce < 0 || f.nonce > 0xffffffff) throw new ContainerError('BAD_INTEGER');
+  checkBody(f.messageType, f.body);
+}
+
+function checkBody(type: number, body: Uint8Array): void {
+  if (body.length > MAX_BODY) throw new ContainerError('BODY_TOO_LARGE');
+  const fixed = FIXED_BODY[type];
+  if (fixed === undefined) {
+    if (body.length === 0) throw new ContainerError('BAD_BODY', 'empty text body');
+    return;
+  }
+  if (body.length !== fixed) throw new ContainerError('BAD_BODY', `type ${type} body must be ${fixed} bytes`);
+  const view = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  if (type <= 4) {
+    if (view.getBigUint64(0) > BigInt(Number.MAX_SAFE_INTEGER) || view.getBigUint64(8) > BigInt(Number.MAX_SAFE_INTEGER)) {
+      throw new ContainerError('BAD_INTEGER');
+    }
+  } else if (type <= 6) {
+    if (view.getBigUint64(0) > BigInt(Number.MAX_SAFE_INTEGER)) throw new ContainerError('BAD_INTEGER');
+    if (body[12]! > 1) throw new ContainerError('BAD_BODY', 'targetSender must be 0 or 1');
+  } else if (view.getBigUint64(0) > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new ContainerError('BAD_INTEGER');
+  }
+}
+
+/** The bytes the signature covers. */
+export function encodeUnsigned(f: ContainerFields): Uint8Array {
+  checkFields(f);
+  const from = utf8(f.fromLogin);
+  const to = utf8(f.toLogin);
+  const head = new Uint8Array(8 + 1 + 1 + 1 + from.length + 1 + to.length + 8 + 4 + 8 + 8 + 4);
+  const view = new DataView(head.buffer);
+  let o = 0;
+  head.set(MAGIC, o);
+  o += 8;
+  head[o++] = FORMAT_VERSION;
+  head[o++] = f.messageType;
+  head[o++] = from.length;
+  head.set(from, o);
+  o += from.length;
+  head[o++] = to.length;
+  head.set(to, o);
+  o += to.length;
+  view.setBigUint64(o, BigInt(f.timeMs));
+  o += 8;
+  view.setUint32(o, f.nonce);
+  o += 4;
+  view.setBigUint64(o, BigInt(f.revisionTimeMs));
+  o += 8;
+  view.setBigUint64(o, BigInt(f.reencryptedAtMs));
+  o += 8;
+  view.setUint32(o, f.body.length);
+  return concatBytes([head, f.body]);
+}
+
+/** Encodes and signs with the sender's 32-byte Ed25519 seed. */
+export function encodeSigned(f: ContainerFields, signSeed: Uint8Array): Container {
+  const unsigned = encodeUnsigned(f);
+  const signature = signEd25519(unsigned, signSeed);
+  const bytes = concatBytes([unsigned, signature]);
+  return { ...f, body: f.body.slice(), signature, bytes, signedLength: unsigned.length };
+}
+
+/** Decodes strictly; throws ContainerError (and nothing else) for any malformed input. */
+export function decodeContainer(bytes: Uint8Array): Container {
+  if (!(bytes instanceof Uint8Array)) throw new ContainerError('TRUNCATED');
+  if (bytes.length > MAX_CONTAINER) throw new ContainerError('TOO_LARGE');
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let o = 0;
+  const need = (n: number): void => {
+    if (o + n > bytes.length) throw new ContainerError('TRUNCATED');
+  };
+  need(8);
+  for (let i = 0; i < 8; i++) if (bytes[i] !== MAGIC[i]) throw new ContainerError('BAD_MAGIC');
+  o = 8;
+  need(2);
+  if (bytes[o++] !== FORMAT_VERSION) throw new ContainerError('BAD_VERSION');
+  const messageType = bytes[o++]!;
+  if (messageType < 1 || messageType > 8) throw new ContainerError('BAD_TYPE');
+  const readLogin = (): string => {
+    need(1);
+    const len = bytes[o++]!;
+    need(len);
+    let s = '';
+    for (let i = 0; i < len; i++) s += String.fromCharCode(bytes[o + i]!);
+    o += len;
+    if (!LOGIN_RE.test(s)) throw new ContainerError('BAD_LOGIN');
+    return s;
+  };
+  const fromLogin = readLogin();
+  const toLogin = readLogin();
+  if (fromLogin === toLogin) throw new ContainerError('SAME_LOGIN');
+  const readU64 = (): number => {
+    need(8);
+    const v = view.getBigUint64(o);
+    o += 8;
+    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new ContainerError('BAD_INTEGER');
+    return Number(v);
+  };
+  const timeMs = readU64();
+  need(4);
+  const nonce = view.getUint32(o);
+  o += 4;
+  const revisionTimeMs = readU64();
+  const reencryptedAtMs = readU64();
+  need(4);
+  const bodyLength = view.getUint32(o);
+  o += 4;
+  if (bodyLength > MAX_BODY) throw new ContainerError('BODY_TOO_LARGE');
+  need(bodyLength);
+  const body = bytes.subarray(o, o + bodyLength);
+  o += bodyLength;
+  checkBody(messageType, body);
+  const signedLength = o;
+  need(SIGNATURE_LENGTH);
+  const signature = bytes.subarray(o, o + SIGNATURE_LENGTH);
+  o += SIGNATURE_LENGTH;
+  if (o !== bytes.length) throw new ContainerError('TRAILING_BYTES');
+  return {
+    messageType: messageType as MessageType,
+    fromLogin,
+    toLogin,
+    timeMs,
+    nonce,
+    revisionTimeMs,
+    reencryptedAtMs,
+    body,
+    signature,
+    bytes,
+    signedLength,
+  };
+}
+
+/** True when the signature is fromLogin's, given that login's 32-byte Ed25519 public key. */
+export function verifyContainer(c: Container, publicKey: Uint8Array, verifier: SignatureVerifier = nobleVerifier): boolean {
+  return verifier.verify(c.signature, c.bytes.subarray(0, c.signedLength), publicKey);
+}
+
+// ---- keys ----
+
+type KeyFields = Pick<ContainerFields, 'fromLogin' | 'toLogin' | 'timeMs' | 'nonce'>;
+
+/** `from|to|timeMs|nonce`: one logical message. */
+export function baseKeyOf(c: KeyFields): string {
+  return `${c.fromLogin}|${c.toLogin}|${c.timeMs}|${c.nonce}`;
+}
+
+/** `baseKey|type`: one copy. */
+export function messageKeyOf(c: KeyFields & Pick<ContainerFields, 'messageType'>): string {
+  return `${baseKeyOf(c)}|${c.messageType}`;
+}
+
+/** The partner key of a copy: the other type of the same pair. */
+export function pairedKeyOf(c: KeyFields & Pick<ContainerFields, 'messageType'>): string {
+  const other = isOutgoingType(c.messageType) ? c.messageType - 1 : c.messageType + 1;
+  return `${baseKeyOf(c)}|${other}`;
+}
+
+/** `primaryMessageKey:revisionTimeMs:reencryptedAtMs`: the ACK token of one revision. */
+export function syncIdOf(primaryMessageKey: string, revisionTimeMs: number, reencryptedAtMs: number): string {
+  return `${primaryMessageKey}:${revisionTimeMs}:${reencryptedAtMs}`;
+}
+
+/** Parses a syncId; the message key itself never contains ':'. */
+export function parseSyncId(syncId: string): { primaryMessageKey: string; revisionTimeMs: number; reencryptedAtMs: number } | null {
+  const m = /^([^:]+):(\d{1,16}):(\d{1,16})$/.exec(syncId);
+  if (!m) return null;
+  return { primaryMessageKey: m[1]!, revisionTimeMs: Number(m[2]), reencryptedAtMs: Number(m[3]) };
+}
+
+/** Parses `from|to|timeMs|nonce|type`; null when it is not a well-formed message key. */
+export function parseMessageKey(
+  key: string,
+): { fromLogin: string; toLogin: string; timeMs: number; nonce: number; messageType: MessageType } | null {
+  const parts = key.split('|');
+  if (parts.length !== 5) return null;
+  const [fromLogin, toLogin, t, n, ty] = parts as [string, string, string, string, string];
+  if (!LOGIN_RE.test(fromLogin) || !LOGIN_RE.test(toLogin) || !/^\d{1,16}$/.test(t) || !/^\d{1,10}$/.test(n) || !/^[1-8]$/.test(ty)) {
+    return null;
+  }
+  const timeMs = Number(t);
+  const nonce = Number(n);
+  if (!Number.isSafeInteger(timeMs) || nonce > 0xffffffff) return null;
+  return { fromLogin, toLogin, timeMs, nonce, messageType: Number(ty) as MessageType };
+}
+
+/** Compares revisions: negative when a is older than b. */
+export function compareRevision(
+  a: { revisionTimeMs: number; reencryptedAtMs: number },
+  b: { revisionTimeMs: number; reencryptedAtMs: number },
+): number {
+  return a.revisionTimeMs - b.revisionTimeMs || a.reencryptedAtMs - b.reencryptedAtMs;
+}
+
+// ---- pairs ----
+
+export type PairProblem = 'TYPES' | 'FIELDS' | 'BODIES';
+
+/** Why two decoded copies are not one consistent pair, or null when they are (signatures aside). */
+export function pairProblem(incoming: ContainerFields, outgoing: ContainerFields): PairProblem | null {
+  if (incoming.messageType % 2 !== 1 || outgoing.messageType !== incoming.messageType + 1) return 'TYPES';
+  if (
+    incoming.fromLogin !== outgoing.fromLogin ||
+    incoming.toLogin !== outgoing.toLogin ||
+    incoming.timeMs !== outgoing.timeMs ||
+    incoming.nonce !== outgoing.nonce ||
+    incoming.revisionTimeMs !== outgoing.revisionTimeMs ||
+    incoming.reencryptedAtMs !== outgoing.reencryptedAtMs
+  ) {
+    return 'FIELDS';
+  }
+  if (incoming.messageType >= 3) {
+    if (incoming.body.length !== outgoing.body.length) return 'BODIES';
+    for (let i = 0; i < incoming.body.length; i++) if (incoming.body[i] !== outgoing.body[i]) return 'BODIES';
+  }
+  return null;
+}
+
+// ---- bodies ----
+
+export interface ReceiptBody {
+  readAtMs: number;
+  targetTimeMs: number;
+  targetNonce: number;
+}
+export interface DeleteMessageBody {
+  targetTimeMs: number;
+  targetNonce: number;
+  /** 0 = the container's fromLogin sent the target, 1 = its toLogin did. */
+  targetSender: 0 | 1;
+}
+export interface DeleteConversationBody {
+  deleteBeforeMs: number;
+}
+
+function bodyView(c: Pick<ContainerFields, 'messageType' | 'body'>, types: readonly number[]): DataView {
+  if (!types.includes(c.messageType)) throw new ContainerError('BAD_TYPE');
+  checkBody(c.messageType, c.body);
+  return new DataView(c.body.buffer, c.body.byteOffset, c.body.byteLength);
+}
+
+export function parseReceiptBody(c: Pick<ContainerFields, 'messageType' | 'body'>): ReceiptBody {
+  const v = bodyView(c, [3, 4]);
+  return { readAtMs: Number(v.getBigUint64(0)), targetTimeMs: Number(v.getBigUint64(8)), targetNonce: v.getUint32(16) };
+}
+
+export function encodeReceiptBody(b: ReceiptBody): Uint8Array {
+  const out = new Uint8Array(20);
+  const v = new DataView(out.buffer);
+  v.setBigUint64(0, BigInt(b.readAtMs));
+  v.setBigUint64(8, BigInt(b.targetTimeMs));
+  v.setUint32(16, b.targetNonce);
+  return out;
+}
+
+export function parseDeleteMessageBody(c: Pick<ContainerFields, 'messageType' | 'body'>): DeleteMessageBody {
+  const v = bodyView(c, [5, 6]);
+  return { targetTimeMs: Number(v.getBigUint64(0)), targetNonce: v.getUint32(8), targetSender: v.getUint8(12) as 0 | 1 };
+}
+
+export function encodeDeleteMessageBody(b: DeleteMessageBody): Uint8Array {
+  const out = new Uint8Array(13);
+  const v = new DataView(out.buffer);
+  v.setBigUint64(0, BigInt(b.targetTimeMs));
+  v.setUint32(8, b.targetNonce);
+  v.setUint8(12, b.targetSender);
+  return out;
+}
+
+export function parseDeleteConversationBody(c: Pick<ContainerFields, 'messageType' | 'body'>): DeleteConversationBody {
+  const v = bodyView(c, [7, 8]);
+  return { deleteBeforeMs: Number(v.getBigUint64(0)) };
+}
+
+export function encodeDeleteConversationBody(b: DeleteConversationBody): Uint8Array {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigUint64(0, BigInt(b.deleteBeforeMs));
+  return out;
+}
+
+/** The baseKey of the text message a receipt (3/4) points at: sent by the receipt's toLogin. */
+export function receiptTargetBaseKey(c: ContainerFields): string {
+  const b = parseReceiptBody(c);
+  return `${c.toLogin}|${c.fromLogin}|${b.targetTimeMs}|${b.targetNonce}`;
+}
+
+/** The baseKey of the message a delete (5/6) names. */
+export function deleteTargetBaseKey(c: ContainerFields): string {
+  const b = parseDeleteMessageBody(c);
+  return b.targetSender === 0
+    ? `${c.fromLogin}|${c.toLogin}|${b.targetTimeMs}|${b.targetNonce}`
+    : `${c.toLogin}|${c.fromLogin}|${b.targetTimeMs}|${b.targetNonce}`;
+}

@@ -1,0 +1,109 @@
+/**
+ * Operation payload schemas and answer types (SPEC §5). The server validates every payload against
+ * these before a handler runs; the SDK uses the same types.
+ */
+import { z } from 'zod';
+import type { UserProfile } from './identity.js';
+import { DEVICE_ID_RE, LOGIN_RE } from './login.js';
+
+const login = z.string().regex(LOGIN_RE);
+const b64 = z.string().max(4 * 1024 * 1024);
+const ms = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
+const profile = z.object({
+  login: z.string(),
+  signKeyB64: z.string(),
+  encKeyB64: z.string(),
+  accessServers: z.array(z.string()),
+  version: z.number(),
+  updatedAtMs: z.number(),
+  signatureB64: z.string(),
+});
+
+/** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
+const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
+
+export const opSchemas = {
+  AuthChallenge: z.object({}),
+  AuthLogin: z.object({ login: z.string().min(1).max(64), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
+  RegisterUser: z.object({ profile }),
+  GetUserProfile: z.object({ login: z.string().min(1).max(64) }),
+  SendMessagePair: pair,
+  DeleteMessage: pair,
+  DeleteConversation: pair,
+  GetDirectMessages: z.object({
+    peerLogin: login,
+    beforeTimeMs: ms.optional(),
+    beforeMessageKey: z.string().max(256).optional(),
+    limit: z.number().int().optional(),
+  }),
+  GetConversations: z.object({ limit: z.number().int().optional() }),
+  AckSessionDelivery: z.object({ messageKeys: z.array(z.string().min(1).max(256)).max(1000) }),
+  SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
+  GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
+} as const;
+
+export type OpName = keyof typeof opSchemas;
+export type OpPayload<K extends OpName> = z.infer<(typeof opSchemas)[K]>;
+
+export type DeliveryState = 'accepted' | 'delivered' | 'failed';
+
+export interface PairAnswer {
+  messageKey: string;
+  baseKey: string;
+  incomingKey: string;
+  outgoingKey: string;
+  deliveryState: DeliveryState;
+  deliveredWsSessions: number;
+  deliveredWebPushSessions: number;
+}
+
+export interface HistoryItem {
+  messageKey: string;
+  baseKey: string;
+  messageType: number;
+  fromLogin: string;
+  toLogin: string;
+  timeMs: number;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  createdAtMs: number;
+  readAtMs: number | null;
+  deliveryState: DeliveryState | null;
+  blobB64: string;
+}
+
+export interface OpResults {
+  AuthChallenge: { serverLogin: string; challengeB64: string; expiresAtMs: number };
+  AuthLogin: { login: string; deviceId: string; sessionId: string };
+  RegisterUser: { profile: UserProfile };
+  GetUserProfile: { profile: UserProfile };
+  SendMessagePair: PairAnswer;
+  DeleteMessage: PairAnswer;
+  DeleteConversation: PairAnswer;
+  GetDirectMessages: { items: HistoryItem[]; hasMore: boolean; nextBeforeTimeMs: number; nextBeforeMessageKey: string };
+  GetConversations: { items: { peerLogin: string; lastTimeMs: number; lastMessageKey: string; unreadCount: number }[] };
+  AckSessionDelivery: { acked: number };
+  SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
+  GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
+}
+
+/** The DirectMessage event (SPEC §5.3). */
+export interface DirectMessageEvent {
+  messageKey: string;
+  baseKey: string;
+  messageType: number;
+  fromLogin: string;
+  toLogin: string;
+  timeMs: number;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  storedAtMs: number;
+  blobB64: string;
+}
+
+export interface DeliveryStateChangedEvent {
+  baseKey: string;
+  outgoingKey: string;
+  deliveryState: DeliveryState;
+}

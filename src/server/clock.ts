@@ -1,0 +1,59 @@
+/**
+ * Injected time. Domain code never calls Date.now() or setTimeout directly, so tests can run an hour
+ * of retries in seconds with a ManualClock.
+ */
+export interface TimerHandle {
+  cancel(): void;
+}
+
+export interface Clock {
+  now(): number;
+  /** Runs fn once after ms of this clock's time. */
+  setTimer(ms: number, fn: () => void): TimerHandle;
+}
+
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimer(ms, fn) {
+    const t = setTimeout(fn, ms);
+    t.unref?.();
+    return { cancel: () => clearTimeout(t) };
+  },
+};
+
+/** A clock moved by hand: advance() fires due timers in time order. */
+export class ManualClock implements Clock {
+  private timers: { at: number; seq: number; fn: () => void; cancelled: boolean }[] = [];
+  private seq = 0;
+
+  constructor(private current = 1_774_700_000_000) {}
+
+  now(): number {
+    return this.current;
+  }
+
+  setTimer(ms: number, fn: () => void): TimerHandle {
+    const timer = { at: this.current + Math.max(0, ms), seq: this.seq++, fn, cancelled: false };
+    this.timers.push(timer);
+    return { cancel: () => void (timer.cancelled = true) };
+  }
+
+  /** Moves time forward, firing every timer that falls due on the way, in order. */
+  advance(ms: number): void {
+    const target = this.current + ms;
+    for (;;) {
+      this.timers = this.timers.filter((t) => !t.cancelled);
+      this.timers.sort((a, b) => a.at - b.at || a.seq - b.seq);
+      const next = this.timers[0];
+      if (!next || next.at > target) break;
+      this.timers.shift();
+      this.current = Math.max(this.current, next.at);
+      next.fn();
+    }
+    this.current = target;
+  }
+
+  set(ms: number): void {
+    this.current = ms;
+  }
+}

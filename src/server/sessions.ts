@@ -1,0 +1,61 @@
+/** Open WebSocket sessions and the fan-out of events to a user's sessions. */
+import type { EventFrame } from '../protocol/envelope.js';
+
+export interface Session {
+  readonly id: string;
+  /** Set by AuthLogin. */
+  login: string | null;
+  deviceId: string | null;
+  /** Set by ServerAuth (or trusted from payloads when s2sAuth is off). */
+  serverLogin: string | null;
+  /** The last challenge issued on this socket; consumed by AuthLogin. */
+  challenge: { challengeB64: string; expiresAtMs: number } | null;
+  /** Queues a frame; false when the socket is gone. */
+  send(frame: object): boolean;
+}
+
+export class SessionHub {
+  private readonly byId = new Map<string, Session>();
+  private readonly byLogin = new Map<string, Set<Session>>();
+
+  add(session: Session): void {
+    this.byId.set(session.id, session);
+  }
+
+  /** Makes the session reachable as login's session (after AuthLogin). */
+  bindUser(session: Session, login: string): void {
+    let set = this.byLogin.get(login);
+    if (!set) this.byLogin.set(login, (set = new Set()));
+    set.add(session);
+  }
+
+  remove(session: Session): void {
+    this.byId.delete(session.id);
+    if (session.login) {
+      const set = this.byLogin.get(session.login);
+      set?.delete(session);
+      if (set?.size === 0) this.byLogin.delete(session.login);
+    }
+  }
+
+  sessionsOf(login: string): Session[] {
+    return [...(this.byLogin.get(login) ?? [])];
+  }
+
+  /** Sends an event to every session of login except one; returns how many got it. */
+  sendToUser(login: string, frame: EventFrame, exceptSessionId?: string): number {
+    let n = 0;
+    for (const s of this.byLogin.get(login) ?? []) {
+      if (s.id !== exceptSessionId && s.send(frame)) n++;
+    }
+    return n;
+  }
+
+  get size(): number {
+    return this.byId.size;
+  }
+
+  all(): Session[] {
+    return [...this.byId.values()];
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * The storage contract. SQLite (src/server/store/sqlite) implements it now; a PostgreSQL
+ * implementation will satisfy the same interface. Every method is atomic: it runs in one transaction
+ * and, when its promise resolves, what it wrote is on stable storage (SPEC §9).
+ *
+ * The store holds the data rules that must hold inside one transaction (latest revision wins,
+ * tombstones win, receipts set readAt, outbox rows follow copies). Decisions that need the network or
+ * the directory are made by the services above it.
+ */
+import type { Container } from '../../protocol/container.js';
+import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
+import type { DeliveryState, HistoryItem } from '../../protocol/ops.js';
+
+export type ProfileSource = 'local' | 'imported' | 'static';
+
+export interface UserRecord {
+  profile: UserProfile;
+  source: ProfileSource;
+  /** When this server last stored or refreshed the profile. */
+  fetchedAtMs: number;
+}
+
+export interface ServerRecord {
+  descriptor: ServerDescriptor;
+  source: 'static' | 'peer' | 'self';
+}
+
+/** What happened to one copy. */
+export type CopyOutcome = 'inserted' | 'updated' | 'unchanged' | 'tombstoned';
+
+export interface CopyResult {
+  messageKey: string;
+  outcome: CopyOutcome;
+  /** storedAtMs of the copy as it is now in the database (0 when tombstoned). */
+  storedAtMs: number;
+}
+
+/** How to write the outbox row(s) for the copies of one store call (SPEC §7). */
+export interface OutboxPolicy {
+  /** Logins whose copies get an outbox row: the local users among the owners. */
+  localOwners: ReadonlySet<string>;
+  /** True for copies that came from the owner's other access server (forward or sync). */
+  synced: boolean;
+}
+
+export interface StorePairInput {
+  incoming: Container;
+  outgoing: Container;
+  nowMs: number;
+  outbox: OutboxPolicy;
+  /**
+   * The delivery row to (re)start for this revision of the pair, or null for none (e.g. a pair whose
+   * recipient is only on this server is written already `delivered`). Only applied when the pair's
+   * outgoing copy was inserted or updated to a newer revision.
+   */
+  delivery: { state: DeliveryState; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
+  /** The sending session's device: its own copies count as acknowledged (SPEC §5.3). */
+  senderDevice?: { login: string; deviceId: string } | undefined;
+}
+
+export interface StorePairResult {
+  incoming: CopyResult;
+  outgoing: CopyResult;
+  /** The delivery state of the pair's current revision after the call. */
+  deliveryState: DeliveryState | null;
+}
+
+export interface StoreCopyInput {
+  copy: Container;
+  nowMs: number;
+  outbox: OutboxPolicy;
+}
+
+export interface HistoryQuery {
+  owner: string;
+  peer: string;
+  beforeTimeMs: number;
+  beforeMessageKey: string;
+  limit: number;
+}
+
+export interface ConversationRow {
+  peerLogin: string;
+  lastTimeMs: number;
+  lastMessageKey: string;
+  unreadCount: number;
+}
+
+/** A stored copy as events and replay need it. */
+export interface StoredCopy {
+  messageKey: string;
+  baseKey: string;
+  messageType: number;
+  fromLogin: string;
+  toLogin: string;
+  timeMs: number;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  storedAtMs: number;
+  blob: Uint8Array;
+}
+
+export interface SettingRow {
+  key: string;
+  value: Uint8Array;
+  updatedAtMs: number;
+  storedAtMs: number;
+}
+
+export interface SetSettingInput {
+  owner: string;
+  key: string;
+  value: Uint8Array;
+  updatedAtMs: number;
+  nowMs: number;
+  /** True when the value came from the owner's other access server. */
+  synced: boolean;
+}
+
+export interface Store {
+  /** Creates or migrates the schema. Idempotent. */
+  migrate(): Promise<void>;
+  /** Cheap liveness check for /healthz. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+
+  getMeta(key: string): Promise<string | null>;
+  setMeta(key: string, value: string): Promise<void>;
+
+  // ---- directory (SPEC §4) ----
+  getUser(login: string): Promise<UserRecord | null>;
+  /** Writes the profile and its access servers; the caller has checked signature and version rules. */
+  putUser(profile: UserProfile, source: ProfileSource, nowMs: number): Promise<void>;
+  getServer(serverLogin: string): Promise<ServerRecord | null>;
+  putServer(descriptor: ServerDescriptor, source: ServerRecord['source']): Promise<void>;
+  listServers(): Promise<ServerRecord[]>;
+
+  // ---- direct messages (SPEC §3, §5.2) ----
+  /** Stores both copies of a pair, its delivery row and outbox rows in one transaction. */
+  storePair(input: StorePairInput): Promise<StorePairResult>;
+  /** Stores one copy (an incoming copy from another server, or a single copy from sync). */
+  storeCopy(input: StoreCopyInput): Promise<CopyResult>;
+  getCopy(messageKey: string): Promise<StoredCopy | null>;
+  getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }>;
+  getConversations(owner: string, limit: number): Promise<ConversationRow[]>;
+
+  // ---- per-device delivery to sessions (SPEC §5.3) ----
+  /** Records that a device logged in; returns when it was first seen (now, for a new device). */
+  touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;
+  /** Copies of owner stored since the device was first seen and not acknowledged at their revision. */
+  pendingForDevice(login: string, deviceId: string, limit: number): Promise<StoredCopy[]>;
+  /** Acknowledges the current revision of each named copy of login for the device; returns how many exist. */
+  ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number>;
+  /** Forgets devices not seen since cutoffMs (and their acknowledgements). */
+  forgetDevicesBefore(cutoffMs: number): Promise<number>;
+
+  // ---- settings (SPEC §5.2) ----
+  /** Last writer wins by updatedAtMs, ties by value bytes; returns the stored row and whether it changed. */
+  setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }>;
+  getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]>;
+}
