@@ -56,6 +56,8 @@ export interface StorePairInput {
   delivery: { state: DeliveryState; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
   /** The sending session's device: its own copies count as acknowledged (SPEC §5.3). */
   senderDevice?: { login: string; deviceId: string } | undefined;
+  /** Stored by catch-up sync: never replayed to devices (SPEC §5.3). */
+  silent?: boolean;
 }
 
 export interface StorePairResult {
@@ -69,6 +71,8 @@ export interface StoreCopyInput {
   copy: Container;
   nowMs: number;
   outbox: OutboxPolicy;
+  /** Stored by catch-up sync: never replayed to devices (SPEC §5.3). */
+  silent?: boolean;
 }
 
 export interface HistoryQuery {

@@ -1,0 +1,154 @@
+/**
+ * Versioned SQLite migrations. PRAGMA user_version holds the number of migrations applied; each runs
+ * once, in order, inside its own transaction.
+ */
+export const SQLITE_MIGRATIONS: readonly string[] = [
+  // 1: the v1 schema (SPEC §9)
+  `
+  CREATE TABLE server_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  ) STRICT;
+
+  CREATE TABLE users (
+    login TEXT PRIMARY KEY,
+    sign_key TEXT NOT NULL,
+    enc_key TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    profile_json TEXT NOT NULL,
+    source TEXT NOT NULL,
+    fetched_at_ms INTEGER NOT NULL
+  ) STRICT;
+
+  CREATE TABLE user_access_servers_current (
+    login TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    server_login TEXT NOT NULL,
+    PRIMARY KEY (login, position)
+  ) STRICT;
+  CREATE INDEX user_access_servers_by_server ON user_access_servers_current (server_login, login);
+
+  CREATE TABLE servers (
+    server_login TEXT PRIMARY KEY,
+    ws_url TEXT NOT NULL,
+    sign_key TEXT NOT NULL,
+    descriptor_json TEXT NOT NULL,
+    source TEXT NOT NULL
+  ) STRICT;
+
+  -- One row per stored copy. read_at_ms: on a text copy, when it was read; on a receipt, its readAtMs.
+  -- target_base_key: the message a receipt or a delete names. replay = 0 for copies stored by sync.
+  CREATE TABLE signed_messages (
+    message_key TEXT PRIMARY KEY,
+    base_key TEXT NOT NULL,
+    owner_login TEXT NOT NULL,
+    peer_login TEXT NOT NULL,
+    message_type INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    nonce INTEGER NOT NULL,
+    revision_time_ms INTEGER NOT NULL,
+    reencrypted_at_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    stored_at_ms INTEGER NOT NULL,
+    read_at_ms INTEGER,
+    target_base_key TEXT,
+    replay INTEGER NOT NULL,
+    blob BLOB NOT NULL
+  ) STRICT;
+  CREATE INDEX signed_messages_history
+    ON signed_messages (owner_login, peer_login, time_ms DESC, message_key DESC) WHERE message_type IN (1, 2);
+  CREATE INDEX signed_messages_stored ON signed_messages (owner_login, stored_at_ms);
+  CREATE INDEX signed_messages_target
+    ON signed_messages (owner_login, target_base_key) WHERE target_base_key IS NOT NULL;
+
+  CREATE TABLE dm_delivery_state (
+    outgoing_key TEXT PRIMARY KEY,
+    base_key TEXT NOT NULL,
+    sender_login TEXT NOT NULL,
+    recipient_login TEXT NOT NULL,
+    revision_time_ms INTEGER NOT NULL,
+    reencrypted_at_ms INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    accepted_at_ms INTEGER NOT NULL,
+    next_attempt_at_ms INTEGER,
+    lease_until_ms INTEGER,
+    row_version INTEGER NOT NULL,
+    last_error TEXT,
+    updated_at_ms INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX dm_delivery_state_due ON dm_delivery_state (next_attempt_at_ms) WHERE state = 'accepted';
+
+  CREATE TABLE dm_sync_outbox (
+    owner_login TEXT NOT NULL,
+    primary_message_key TEXT NOT NULL,
+    sync_id TEXT NOT NULL,
+    stored_at_ms INTEGER NOT NULL,
+    blobs BLOB NOT NULL,
+    synced INTEGER NOT NULL,
+    PRIMARY KEY (owner_login, primary_message_key)
+  ) STRICT;
+  CREATE INDEX dm_sync_outbox_unsynced
+    ON dm_sync_outbox (owner_login, stored_at_ms, primary_message_key) WHERE synced = 0;
+
+  CREATE TABLE user_settings (
+    owner_login TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    stored_at_ms INTEGER NOT NULL,
+    sync_id TEXT NOT NULL,
+    synced INTEGER NOT NULL,
+    PRIMARY KEY (owner_login, key)
+  ) STRICT;
+  CREATE INDEX user_settings_unsynced ON user_settings (owner_login, stored_at_ms, key) WHERE synced = 0;
+
+  -- kind 'message': target = the deleted message's baseKey; kind 'conversation': target = the peer login.
+  CREATE TABLE dm_tombstones (
+    owner_login TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    delete_before_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (owner_login, kind, target)
+  ) STRICT;
+
+  CREATE TABLE push_subscriptions (
+    endpoint TEXT PRIMARY KEY,
+    owner_login TEXT NOT NULL,
+    device_id TEXT,
+    p256dh TEXT NOT NULL,
+    auth TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX push_subscriptions_owner ON push_subscriptions (owner_login);
+
+  CREATE TABLE session_devices (
+    owner_login TEXT NOT NULL,
+    device_id TEXT NOT NULL,
+    first_seen_at_ms INTEGER NOT NULL,
+    last_seen_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (owner_login, device_id)
+  ) STRICT;
+  CREATE INDEX session_devices_last_seen ON session_devices (last_seen_at_ms);
+
+  -- A device's acknowledgement of one copy at one revision.
+  CREATE TABLE session_deliveries (
+    owner_login TEXT NOT NULL,
+    device_id TEXT NOT NULL,
+    message_key TEXT NOT NULL,
+    revision_time_ms INTEGER NOT NULL,
+    reencrypted_at_ms INTEGER NOT NULL,
+    acked_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (owner_login, device_id, message_key)
+  ) STRICT;
+
+  CREATE TABLE s2s_nonces (
+    server_login TEXT NOT NULL,
+    nonce TEXT NOT NULL,
+    seen_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (server_login, nonce)
+  ) STRICT;
+  `,
+];

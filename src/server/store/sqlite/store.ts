@@ -1,0 +1,488 @@
+/** The Store on SQLite (better-sqlite3, WAL, group commit). */
+import type Database from 'better-sqlite3';
+import { compareBytes, toBase64 } from '../../../protocol/bytes.js';
+import type { Container } from '../../../protocol/container.js';
+import {
+  baseKeyOf,
+  compareRevision,
+  deleteTargetBaseKey,
+  messageKeyOf,
+  ownerOf,
+  parseDeleteConversationBody,
+  parseReceiptBody,
+  peerOf,
+  receiptTargetBaseKey,
+  syncIdOf,
+} from '../../../protocol/container.js';
+import type { ServerDescriptor, UserProfile } from '../../../protocol/identity.js';
+import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
+import { packBlobs } from '../blobs.js';
+import type {
+  ConversationRow,
+  CopyResult,
+  HistoryQuery,
+  ProfileSource,
+  ServerRecord,
+  SetSettingInput,
+  SettingRow,
+  Store,
+  StoreCopyInput,
+  StoredCopy,
+  StorePairInput,
+  StorePairResult,
+  UserRecord,
+} from '../types.js';
+import type { SqliteSync } from './db.js';
+import { SqliteDb } from './db.js';
+
+export interface SqliteStoreOptions {
+  path: string;
+  sync: SqliteSync;
+  maxQueuedWrites?: number;
+}
+
+export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
+  return new SqliteStore(new SqliteDb(opts));
+}
+
+interface MessageRow {
+  message_key: string;
+  base_key: string;
+  owner_login: string;
+  peer_login: string;
+  message_type: number;
+  time_ms: number;
+  nonce: number;
+  revision_time_ms: number;
+  reencrypted_at_ms: number;
+  created_at_ms: number;
+  stored_at_ms: number;
+  read_at_ms: number | null;
+  blob: Buffer;
+}
+
+const changed = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';
+
+export class SqliteStore implements Store {
+  private readonly statements = new Map<string, Database.Statement>();
+
+  constructor(readonly db: SqliteDb) {}
+
+  /** Prepared once, reused: every SQL text in this file is a constant. */
+  private sql(text: string): Database.Statement {
+    let s = this.statements.get(text);
+    if (!s) this.statements.set(text, (s = this.db.conn.prepare(text)));
+    return s;
+  }
+
+  async migrate(): Promise<void> {
+    this.db.migrate();
+  }
+
+  async ping(): Promise<void> {
+    this.sql('SELECT 1').get();
+  }
+
+  async close(): Promise<void> {
+    await this.db.close();
+  }
+
+  async getMeta(key: string): Promise<string | null> {
+    const row = this.sql('SELECT value FROM server_meta WHERE key = ?').get(key) as { value: string } | undefined;
+    return row?.value ?? null;
+  }
+
+  setMeta(key: string, value: string): Promise<void> {
+    return this.db.write(() => {
+      this.sql('INSERT INTO server_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
+    });
+  }
+
+  // ---- directory ----
+
+  async getUser(login: string): Promise<UserRecord | null> {
+    const row = this.sql('SELECT profile_json, source, fetched_at_ms FROM users WHERE login = ?').get(login) as
+      | { profile_json: string; source: ProfileSource; fetched_at_ms: number }
+      | undefined;
+    if (!row) return null;
+    return { profile: JSON.parse(row.profile_json) as UserProfile, source: row.source, fetchedAtMs: row.fetched_at_ms };
+  }
+
+  putUser(profile: UserProfile, source: ProfileSource, nowMs: number): Promise<void> {
+    return this.db.write(() => {
+      this.sql(
+        `INSERT INTO users (login, sign_key, enc_key, version, updated_at_ms, profile_json, source, fetched_at_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (login) DO UPDATE SET sign_key = excluded.sign_key, enc_key = excluded.enc_key,
+           version = excluded.version, updated_at_ms = excluded.updated_at_ms, profile_json = excluded.profile_json,
+           source = excluded.source, fetched_at_ms = excluded.fetched_at_ms`,
+      ).run(profile.login, profile.signKeyB64, profile.encKeyB64, profile.version, profile.updatedAtMs, JSON.stringify(profile), source, nowMs);
+      this.sql('DELETE FROM user_access_servers_current WHERE login = ?').run(profile.login);
+      profile.accessServers.forEach((server, i) => {
+        this.sql('INSERT INTO user_access_servers_current (login, position, server_login) VALUES (?, ?, ?)').run(profile.login, i, server);
+      });
+    });
+  }
+
+  async getServer(serverLogin: string): Promise<ServerRecord | null> {
+    const row = this.sql('SELECT descriptor_json, source FROM servers WHERE server_login = ?').get(serverLogin) as
+      | { descriptor_json: string; source: ServerRecord['source'] }
+      | undefined;
+    return row ? { descriptor: JSON.parse(row.descriptor_json) as ServerDescriptor, source: row.source } : null;
+  }
+
+  putServer(d: ServerDescriptor, source: ServerRecord['source']): Promise<void> {
+    return this.db.write(() => {
+      this.sql(
+        `INSERT INTO servers (server_login, ws_url, sign_key, descriptor_json, source) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (server_login) DO UPDATE SET ws_url = excluded.ws_url, sign_key = excluded.sign_key,
+           descriptor_json = excluded.descriptor_json, source = excluded.source`,
+      ).run(d.serverLogin, d.wsUrl, d.signKeyB64, JSON.stringify(d), source);
+    });
+  }
+
+  async listServers(): Promise<ServerRecord[]> {
+    const rows = this.sql('SELECT descriptor_json, source FROM servers ORDER BY server_login').all() as {
+      descriptor_json: string;
+      source: ServerRecord['source'];
+    }[];
+    return rows.map((r) => ({ descriptor: JSON.parse(r.descriptor_json) as ServerDescriptor, source: r.source }));
+  }
+
+  // ---- direct messages ----
+
+  storePair(input: StorePairInput): Promise<StorePairResult> {
+    return this.db.write(() => {
+      const { incoming, outgoing, nowMs } = input;
+      const replay = !input.silent;
+      const out = this.storeCopyTx(outgoing, nowMs, replay);
+      const inc = this.storeCopyTx(incoming, nowMs, replay);
+      const outKey = out.messageKey;
+      if (changed(out) && input.outbox.localOwners.has(outgoing.fromLogin)) {
+        this.upsertOutbox(outgoing.fromLogin, outKey, outgoing, nowMs, [incoming.bytes, outgoing.bytes], input.outbox.synced);
+      }
+      if (changed(inc) && input.outbox.localOwners.has(incoming.toLogin)) {
+        this.upsertOutbox(incoming.toLogin, inc.messageKey, incoming, nowMs, [incoming.bytes], input.outbox.synced);
+      }
+      if (changed(out) && input.delivery) {
+        const d = input.delivery;
+        this.sql(
+          `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+             reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error, updated_at_ms)
+           VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, NULL, 1, NULL, ?)
+           ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+             reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = 0,
+             accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+             lease_until_ms = NULL, row_version = dm_delivery_state.row_version + 1, last_error = NULL,
+             updated_at_ms = excluded.updated_at_ms
+           WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+                 > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
+        ).run(
+          outKey,
+          baseKeyOf(outgoing),
+          outgoing.fromLogin,
+          outgoing.toLogin,
+          outgoing.revisionTimeMs,
+          outgoing.reencryptedAtMs,
+          d.state,
+          d.acceptedAtMs,
+          d.nextAttemptAtMs,
+          nowMs,
+        );
+      }
+      if (changed(out) && input.senderDevice) {
+        this.ackTx(input.senderDevice.login, input.senderDevice.deviceId, outKey, outgoing, nowMs);
+      }
+      const state = this.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(outKey) as
+        | { state: DeliveryState }
+        | undefined;
+      return { incoming: inc, outgoing: out, deliveryState: state?.state ?? null };
+    });
+  }
+
+  storeCopy(input: StoreCopyInput): Promise<CopyResult> {
+    return this.db.write(() => {
+      const c = input.copy;
+      const r = this.storeCopyTx(c, input.nowMs, !input.silent);
+      const owner = ownerOf(c);
+      if (changed(r) && input.outbox.localOwners.has(owner)) {
+        this.upsertOutbox(owner, r.messageKey, c, input.nowMs, [c.bytes], input.outbox.synced);
+      }
+      return r;
+    });
+  }
+
+  /** Latest revision wins, tombstones win; applies receipts and deletes. Runs inside a transaction. */
+  private storeCopyTx(c: Container, nowMs: number, replay: boolean): CopyResult {
+    const owner = ownerOf(c);
+    const peer = peerOf(c);
+    const baseKey = baseKeyOf(c);
+    const messageKey = messageKeyOf(c);
+    const t = c.messageType;
+    if (t <= 6) {
+      const conv = this.sql(`SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`).get(
+        owner,
+        peer,
+      ) as { delete_before_ms: number } | undefined;
+      if (conv && conv.delete_before_ms >= c.timeMs) return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
+    }
+    if (t <= 2 && this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(owner, baseKey)) {
+      return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
+    }
+    const existing = this.sql('SELECT revision_time_ms, reencrypted_at_ms, stored_at_ms FROM signed_messages WHERE message_key = ?').get(
+      messageKey,
+    ) as { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
+    if (existing && compareRevision(c, { revisionTimeMs: existing.revision_time_ms, reencryptedAtMs: existing.reencrypted_at_ms }) <= 0) {
+      return { messageKey, outcome: 'unchanged', storedAtMs: existing.stored_at_ms };
+    }
+    let target: string | null = null;
+    let readAt: number | null = null;
+    if (t === 3 || t === 4) {
+      target = receiptTargetBaseKey(c);
+      readAt = parseReceiptBody(c).readAtMs;
+    } else if (t === 5 || t === 6) {
+      target = deleteTargetBaseKey(c);
+    } else if (t <= 2) {
+      // A receipt may have arrived before the message it names.
+      const r = this.sql(
+        'SELECT MIN(read_at_ms) AS at FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+      ).get(owner, baseKey) as { at: number | null };
+      readAt = r.at;
+    }
+    const blob = Buffer.from(c.bytes.buffer, c.bytes.byteOffset, c.bytes.byteLength);
+    if (existing) {
+      this.sql(
+        `UPDATE signed_messages SET revision_time_ms = ?, reencrypted_at_ms = ?, stored_at_ms = ?, blob = ?, replay = ?,
+           read_at_ms = CASE WHEN message_type IN (3, 4) THEN ? ELSE read_at_ms END
+         WHERE message_key = ?`,
+      ).run(c.revisionTimeMs, c.reencryptedAtMs, nowMs, blob, replay ? 1 : 0, readAt, messageKey);
+    } else {
+      this.sql(
+        `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+           revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, blob)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(messageKey, baseKey, owner, peer, t, c.timeMs, c.nonce, c.revisionTimeMs, c.reencryptedAtMs, nowMs, nowMs, readAt, target, replay ? 1 : 0, blob);
+    }
+    if ((t === 3 || t === 4) && target && readAt !== null) {
+      // A type 3 copy belongs to the original sender (its type 2 copy); a type 4 to the reader (type 1).
+      this.sql(
+        'UPDATE signed_messages SET read_at_ms = ? WHERE message_key = ? AND owner_login = ? AND (read_at_ms IS NULL OR read_at_ms > ?)',
+      ).run(readAt, `${target}|${t === 3 ? 2 : 1}`, owner, readAt);
+    } else if ((t === 5 || t === 6) && target) {
+      this.sql(
+        `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'message', ?, 0, ?)
+         ON CONFLICT DO NOTHING`,
+      ).run(owner, target, nowMs);
+      const receipts = this.sql(
+        'SELECT message_key FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+      ).all(owner, target) as { message_key: string }[];
+      this.deleteCopiesTx(owner, [`${target}|1`, `${target}|2`, ...receipts.map((r) => r.message_key)]);
+    } else if (t === 7 || t === 8) {
+      const before = parseDeleteConversationBody(c).deleteBeforeMs;
+      this.sql(
+        `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'conversation', ?, ?, ?)
+         ON CONFLICT (owner_login, kind, target) DO UPDATE SET delete_before_ms = MAX(delete_before_ms, excluded.delete_before_ms)`,
+      ).run(owner, peer, before, nowMs);
+      const covered = this.sql(
+        'SELECT message_key FROM signed_messages WHERE owner_login = ? AND peer_login = ? AND time_ms <= ? AND message_type <= 6',
+      ).all(owner, peer, before) as { message_key: string }[];
+      this.deleteCopiesTx(
+        owner,
+        covered.map((r) => r.message_key),
+      );
+    }
+    return { messageKey, outcome: existing ? 'updated' : 'inserted', storedAtMs: nowMs };
+  }
+
+  /** Removes owner's copies and their outbox rows (an owner's outbox key is its copy's key). */
+  private deleteCopiesTx(owner: string, keys: readonly string[]): void {
+    for (const key of keys) {
+      this.sql('DELETE FROM signed_messages WHERE message_key = ? AND owner_login = ?').run(key, owner);
+      this.sql('DELETE FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?').run(owner, key);
+    }
+  }
+
+  private upsertOutbox(owner: string, primaryKey: string, c: Container, nowMs: number, blobs: Uint8Array[], synced: boolean): void {
+    this.sql(
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
+    ).run(owner, primaryKey, syncIdOf(primaryKey, c.revisionTimeMs, c.reencryptedAtMs), nowMs, packBlobs(blobs), synced ? 1 : 0);
+  }
+
+  async getCopy(messageKey: string): Promise<StoredCopy | null> {
+    const row = this.sql('SELECT * FROM signed_messages WHERE message_key = ?').get(messageKey) as MessageRow | undefined;
+    return row ? toStoredCopy(row) : null;
+  }
+
+  async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
+    const rows = this.sql(
+      `SELECT m.*, d.state AS delivery_state FROM signed_messages m
+         LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
+       WHERE m.owner_login = ? AND m.peer_login = ? AND m.message_type IN (1, 2)
+         AND (? = 0 OR m.time_ms < ? OR (m.time_ms = ? AND m.message_key < ?))
+       ORDER BY m.time_ms DESC, m.message_key DESC LIMIT ?`,
+    ).all(
+      q.owner,
+      q.peer,
+      q.beforeTimeMs === 0 && q.beforeMessageKey === '' ? 0 : 1,
+      q.beforeTimeMs,
+      q.beforeTimeMs,
+      q.beforeMessageKey,
+      q.limit + 1,
+    ) as (MessageRow & { delivery_state: DeliveryState | null })[];
+    const hasMore = rows.length > q.limit;
+    const items = rows.slice(0, q.limit).map(
+      (r): HistoryItem => {
+        const c = toStoredCopy(r);
+        return {
+          messageKey: c.messageKey,
+          baseKey: c.baseKey,
+          messageType: c.messageType,
+          fromLogin: c.fromLogin,
+          toLogin: c.toLogin,
+          timeMs: c.timeMs,
+          revisionTimeMs: c.revisionTimeMs,
+          reencryptedAtMs: c.reencryptedAtMs,
+          createdAtMs: r.created_at_ms,
+          readAtMs: r.read_at_ms,
+          deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
+          blobB64: toBase64(c.blob),
+        };
+      },
+    );
+    return { items, hasMore };
+  }
+
+  async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
+    // SQLite returns the other columns of the row that holds MAX(): the newest message per peer.
+    const rows = this.sql(
+      `SELECT peer_login, MAX(time_ms) AS last_time_ms, message_key,
+              SUM(message_type = 1 AND read_at_ms IS NULL) AS unread
+       FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2)
+       GROUP BY peer_login ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
+    ).all(owner, limit) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
+    return rows.map((r) => ({ peerLogin: r.peer_login, lastTimeMs: r.last_time_ms, lastMessageKey: r.message_key, unreadCount: r.unread }));
+  }
+
+  // ---- per-device delivery ----
+
+  touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }> {
+    return this.db.write(() => {
+      const row = this.sql('SELECT first_seen_at_ms FROM session_devices WHERE owner_login = ? AND device_id = ?').get(login, deviceId) as
+        | { first_seen_at_ms: number }
+        | undefined;
+      if (row) {
+        this.sql('UPDATE session_devices SET last_seen_at_ms = ? WHERE owner_login = ? AND device_id = ?').run(nowMs, login, deviceId);
+        return { firstSeenAtMs: row.first_seen_at_ms, isNew: false };
+      }
+      this.sql('INSERT INTO session_devices (owner_login, device_id, first_seen_at_ms, last_seen_at_ms) VALUES (?, ?, ?, ?)').run(
+        login,
+        deviceId,
+        nowMs,
+        nowMs,
+      );
+      return { firstSeenAtMs: nowMs, isNew: true };
+    });
+  }
+
+  async pendingForDevice(login: string, deviceId: string, limit: number): Promise<StoredCopy[]> {
+    const rows = this.sql(
+      `SELECT m.* FROM session_devices d
+         JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= d.first_seen_at_ms
+       WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1
+         AND NOT EXISTS (
+           SELECT 1 FROM session_deliveries a
+           WHERE a.owner_login = m.owner_login AND a.device_id = d.device_id AND a.message_key = m.message_key
+             AND (a.revision_time_ms, a.reencrypted_at_ms) >= (m.revision_time_ms, m.reencrypted_at_ms))
+       ORDER BY m.stored_at_ms, m.message_key LIMIT ?`,
+    ).all(login, deviceId, limit) as MessageRow[];
+    return rows.map(toStoredCopy);
+  }
+
+  ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number> {
+    return this.db.write(() => {
+      let acked = 0;
+      for (const key of new Set(messageKeys)) {
+        const row = this.sql('SELECT revision_time_ms, reencrypted_at_ms FROM signed_messages WHERE message_key = ? AND owner_login = ?').get(
+          key,
+          login,
+        ) as { revision_time_ms: number; reencrypted_at_ms: number } | undefined;
+        if (!row) continue;
+        this.ackTx(login, deviceId, key, { revisionTimeMs: row.revision_time_ms, reencryptedAtMs: row.reencrypted_at_ms }, nowMs);
+        acked++;
+      }
+      return acked;
+    });
+  }
+
+  private ackTx(login: string, deviceId: string, key: string, rev: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): void {
+    this.sql(
+      `INSERT INTO session_deliveries (owner_login, device_id, message_key, revision_time_ms, reencrypted_at_ms, acked_at_ms)
+       VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (owner_login, device_id, message_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+         reencrypted_at_ms = excluded.reencrypted_at_ms, acked_at_ms = excluded.acked_at_ms
+       WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+             > (session_deliveries.revision_time_ms, session_deliveries.reencrypted_at_ms)`,
+    ).run(login, deviceId, key, rev.revisionTimeMs, rev.reencryptedAtMs, nowMs);
+  }
+
+  forgetDevicesBefore(cutoffMs: number): Promise<number> {
+    return this.db.write(() => {
+      this.sql(
+        `DELETE FROM session_deliveries WHERE (owner_login, device_id) IN
+           (SELECT owner_login, device_id FROM session_devices WHERE last_seen_at_ms < ?)`,
+      ).run(cutoffMs);
+      return this.sql('DELETE FROM session_devices WHERE last_seen_at_ms < ?').run(cutoffMs).changes;
+    });
+  }
+
+  // ---- settings ----
+
+  setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }> {
+    return this.db.write(() => {
+      const row = this.sql('SELECT value, updated_at_ms FROM user_settings WHERE owner_login = ? AND key = ?').get(input.owner, input.key) as
+        | { value: Buffer; updated_at_ms: number }
+        | undefined;
+      if (row) {
+        const newer = input.updatedAtMs - row.updated_at_ms || compareBytes(input.value, row.value);
+        if (newer <= 0) return { applied: false, updatedAtMs: row.updated_at_ms };
+      }
+      this.sql(
+        `INSERT INTO user_settings (owner_login, key, value, updated_at_ms, stored_at_ms, sync_id, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (owner_login, key) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms,
+           stored_at_ms = excluded.stored_at_ms, sync_id = excluded.sync_id, synced = excluded.synced`,
+      ).run(input.owner, input.key, Buffer.from(input.value), input.updatedAtMs, input.nowMs, `${input.key}:${input.updatedAtMs}`, input.synced ? 1 : 0);
+      return { applied: true, updatedAtMs: input.updatedAtMs };
+    });
+  }
+
+  async getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]> {
+    const rows = this.sql('SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? ORDER BY key').all(owner) as {
+      key: string;
+      value: Buffer;
+      updated_at_ms: number;
+      stored_at_ms: number;
+    }[];
+    const wanted = keys ? new Set(keys) : null;
+    return rows
+      .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
+      .map((r) => ({ key: r.key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms }));
+  }
+}
+
+function toStoredCopy(r: MessageRow): StoredCopy {
+  const [fromLogin, toLogin] = r.message_type % 2 === 0 ? [r.owner_login, r.peer_login] : [r.peer_login, r.owner_login];
+  return {
+    messageKey: r.message_key,
+    baseKey: r.base_key,
+    messageType: r.message_type,
+    fromLogin,
+    toLogin,
+    timeMs: r.time_ms,
+    revisionTimeMs: r.revision_time_ms,
+    reencryptedAtMs: r.reencrypted_at_ms,
+    storedAtMs: r.stored_at_ms,
+    blob: new Uint8Array(r.blob.buffer, r.blob.byteOffset, r.blob.byteLength),
+  };
+}
