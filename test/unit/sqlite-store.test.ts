@@ -133,12 +133,12 @@ describe('SQLite store', () => {
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1 });
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 2, nonce: 2 });
     await put({ from: 'erin', to: 'frank', timeMs: T0 + 3, nonce: 3 }, { senderDevice: { login: 'erin', deviceId: 'phone' } });
-    let pending = await store.pendingForDevice('erin', 'phone', 100);
+    let pending = await store.pendingForDevice('erin', 'phone', null, 100);
     assert.equal(pending.length, 2);
     assert.equal(await store.ackForDevice('erin', 'phone', pending.map((p) => p.messageKey).concat(['nope|x']), T0 + 5), 2);
-    assert.equal((await store.pendingForDevice('erin', 'phone', 100)).length, 0);
+    assert.equal((await store.pendingForDevice('erin', 'phone', null, 100)).length, 0);
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1, revisionTimeMs: T0 + 10 });
-    pending = await store.pendingForDevice('erin', 'phone', 100);
+    pending = await store.pendingForDevice('erin', 'phone', null, 100);
     assert.equal(pending.length, 1);
     assert.equal(pending[0]!.revisionTimeMs, T0 + 10);
     assert.equal(await store.forgetDevicesBefore(T0 + 1), 1);

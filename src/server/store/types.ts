@@ -151,8 +151,16 @@ export interface Store {
   // ---- per-device delivery to sessions (SPEC §5.3) ----
   /** Records that a device logged in; returns when it was first seen (now, for a new device). */
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;
-  /** Copies of owner stored since the device was first seen and not acknowledged at their revision. */
-  pendingForDevice(login: string, deviceId: string, limit: number): Promise<StoredCopy[]>;
+  /**
+   * Copies of owner stored since the device was first seen and not acknowledged at their revision,
+   * in (storedAtMs, messageKey) order after the cursor.
+   */
+  pendingForDevice(
+    login: string,
+    deviceId: string,
+    after: { storedAtMs: number; messageKey: string } | null,
+    limit: number,
+  ): Promise<StoredCopy[]>;
   /** Acknowledges the current revision of each named copy of login for the device; returns how many exist. */
   ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number>;
   /** Forgets devices not seen since cutoffMs (and their acknowledgements). */

@@ -386,17 +386,23 @@ export class SqliteStore implements Store {
     });
   }
 
-  async pendingForDevice(login: string, deviceId: string, limit: number): Promise<StoredCopy[]> {
+  async pendingForDevice(
+    login: string,
+    deviceId: string,
+    after: { storedAtMs: number; messageKey: string } | null,
+    limit: number,
+  ): Promise<StoredCopy[]> {
     const rows = this.sql(
       `SELECT m.* FROM session_devices d
          JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= d.first_seen_at_ms
        WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1
+         AND (m.stored_at_ms, m.message_key) > (?, ?)
          AND NOT EXISTS (
            SELECT 1 FROM session_deliveries a
            WHERE a.owner_login = m.owner_login AND a.device_id = d.device_id AND a.message_key = m.message_key
              AND (a.revision_time_ms, a.reencrypted_at_ms) >= (m.revision_time_ms, m.reencrypted_at_ms))
        ORDER BY m.stored_at_ms, m.message_key LIMIT ?`,
-    ).all(login, deviceId, limit) as MessageRow[];
+    ).all(login, deviceId, after?.storedAtMs ?? -1, after?.messageKey ?? '', limit) as MessageRow[];
     return rows.map(toStoredCopy);
   }
 

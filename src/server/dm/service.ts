@@ -1,0 +1,252 @@
+/** Direct messages on one server: validating and storing pairs, history, receipts, deletes, replay. */
+import { fromBase64, toBase64 } from '../../protocol/bytes.js';
+import type { Container } from '../../protocol/container.js';
+import {
+  ContainerError,
+  MAX_CONTAINER,
+  baseKeyOf,
+  decodeContainer,
+  messageKeyOf,
+  ownerOf,
+  pairProblem,
+  verifyContainer,
+} from '../../protocol/container.js';
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import { eventFrame } from '../../protocol/envelope.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { DirectMessageEvent, OpPayload, OpResults, PairAnswer } from '../../protocol/ops.js';
+import type { Clock, TimerHandle } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { Directory } from '../directory/service.js';
+import type { Logger } from '../log.js';
+import type { Session, SessionHub } from '../sessions.js';
+import type { CopyResult, StoredCopy, Store } from '../store/types.js';
+
+export interface DmDeps {
+  config: Config;
+  clock: Clock;
+  store: Store;
+  hub: SessionHub;
+  directory: Directory;
+  verifier: SignatureVerifier;
+  log: Logger;
+}
+
+/** The copy types each pair op takes (incoming types; the outgoing one is the next number). */
+export type PairOp = 'SendMessagePair' | 'DeleteMessage' | 'DeleteConversation';
+const PAIR_OP_TYPES: Record<PairOp, readonly number[]> = {
+  SendMessagePair: [1, 3],
+  DeleteMessage: [5],
+  DeleteConversation: [7],
+};
+
+/** A validated pair, ready to store. */
+export interface CheckedPair {
+  incoming: Container;
+  outgoing: Container;
+  /** The recipient's current access servers. */
+  recipientServers: string[];
+}
+
+const MAX_BLOB_B64 = Math.ceil(MAX_CONTAINER / 3) * 4;
+const REPLAY_PAGE = 500;
+const HOUR = 3_600_000;
+
+export class DmService {
+  private maintenance: TimerHandle | null = null;
+
+  constructor(private readonly deps: DmDeps) {}
+
+  /** Starts the hourly clean-up of forgotten devices. */
+  start(): void {
+    const tick = (): void => {
+      const { clock, config, store, log } = this.deps;
+      store.forgetDevicesBefore(clock.now() - config.deviceForgetMs).then(
+        (n) => n > 0 && log.info('forgot idle devices', { count: n }),
+        (err: unknown) => log.error('device clean-up failed', { err: String(err) }),
+      );
+      this.maintenance = clock.setTimer(HOUR, tick);
+    };
+    tick();
+  }
+
+  close(): void {
+    this.maintenance?.cancel();
+  }
+
+  /**
+   * The checks of SPEC §5.2, in its order; nothing is stored before all pass.
+   * `sender` is the login the pair must come from.
+   */
+  async checkPair(op: PairOp, payload: OpPayload<PairOp>, sender: string): Promise<CheckedPair> {
+    const inB64 = payload.incomingBlobB64;
+    const outB64 = payload.outgoingBlobB64;
+    if (!inB64 || !outB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
+    if (inB64.length > MAX_BLOB_B64 || outB64.length > MAX_BLOB_B64) {
+      throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
+    }
+    const incoming = decodeBlob(inB64);
+    const outgoing = decodeBlob(outB64);
+    const problem = pairProblem(incoming, outgoing);
+    if (problem) throw new ShineError('BAD_PAIR', `copies are not one pair (${problem.toLowerCase()})`);
+    if (!PAIR_OP_TYPES[op].includes(incoming.messageType)) {
+      throw new ShineError('BAD_PAIR', `${op} does not take types ${incoming.messageType}/${outgoing.messageType}`);
+    }
+    if (incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
+    const { directory, verifier, clock, config } = this.deps;
+    const from = await directory.lookup(sender);
+    if (!from || !verifyContainer(incoming, from.signKey, verifier) || !verifyContainer(outgoing, from.signKey, verifier)) {
+      throw new ShineError('BAD_SIGNATURE', 'signature does not verify with the sender key');
+    }
+    // A future revision would outrank every later edit, so all three times are bounded.
+    const latest = Math.max(incoming.timeMs, incoming.revisionTimeMs, incoming.reencryptedAtMs);
+    if (latest > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is too far in the future');
+    const to = await directory.lookup(incoming.toLogin);
+    if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
+    return { incoming, outgoing, recipientServers: to.accessServers };
+  }
+
+  /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
+  async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: Session): Promise<PairAnswer> {
+    const login = session.login!;
+    const pair = await this.checkPair(op, payload, login);
+    const { config, clock, store } = this.deps;
+    const now = clock.now();
+    const recipient = pair.incoming.toLogin;
+    const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
+    const localOwners = new Set([login]);
+    if (recipientIsLocal) localOwners.add(recipient);
+    const result = await store.storePair({
+      incoming: pair.incoming,
+      outgoing: pair.outgoing,
+      nowMs: now,
+      outbox: { localOwners, synced: false },
+      // The local copy counts as delivered (SPEC §6.2); remote routes are the delivery engine's.
+      delivery: recipientIsLocal
+        ? { state: 'delivered', acceptedAtMs: now, nextAttemptAtMs: null }
+        : { state: 'accepted', acceptedAtMs: now, nextAttemptAtMs: now },
+      senderDevice: session.deviceId ? { login, deviceId: session.deviceId } : undefined,
+    });
+    this.publish(pair.outgoing, result.outgoing, session.id);
+    const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
+    return {
+      messageKey: result.outgoing.messageKey,
+      baseKey: baseKeyOf(pair.outgoing),
+      incomingKey: result.incoming.messageKey,
+      outgoingKey: result.outgoing.messageKey,
+      deliveryState: result.deliveryState ?? 'accepted',
+      deliveredWsSessions: reached,
+      deliveredWebPushSessions: 0,
+    };
+  }
+
+  /** Sends a newly stored copy to its owner's sessions (except one); returns how many got it. */
+  publish(copy: Container, result: CopyResult, exceptSessionId?: string): number {
+    if (result.outcome !== 'inserted' && result.outcome !== 'updated') return 0;
+    const event = directMessageEvent({
+      messageKey: messageKeyOf(copy),
+      baseKey: baseKeyOf(copy),
+      messageType: copy.messageType,
+      fromLogin: copy.fromLogin,
+      toLogin: copy.toLogin,
+      timeMs: copy.timeMs,
+      revisionTimeMs: copy.revisionTimeMs,
+      reencryptedAtMs: copy.reencryptedAtMs,
+      storedAtMs: result.storedAtMs,
+      blob: copy.bytes,
+    });
+    return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
+  }
+
+  async history(payload: OpPayload<'GetDirectMessages'>, session: Session): Promise<OpResults['GetDirectMessages']> {
+    const limit = clamp(payload.limit ?? 50, 1, 200);
+    const page = await this.deps.store.getDirectMessages({
+      owner: session.login!,
+      peer: payload.peerLogin,
+      beforeTimeMs: payload.beforeTimeMs ?? 0,
+      beforeMessageKey: payload.beforeMessageKey ?? '',
+      limit,
+    });
+    const last = page.items.at(-1);
+    return {
+      items: page.items,
+      hasMore: page.hasMore,
+      nextBeforeTimeMs: last?.timeMs ?? 0,
+      nextBeforeMessageKey: last?.messageKey ?? '',
+    };
+  }
+
+  async conversations(payload: OpPayload<'GetConversations'>, session: Session): Promise<OpResults['GetConversations']> {
+    return { items: await this.deps.store.getConversations(session.login!, clamp(payload.limit ?? 50, 1, 200)) };
+  }
+
+  async ack(payload: OpPayload<'AckSessionDelivery'>, session: Session): Promise<OpResults['AckSessionDelivery']> {
+    const acked = await this.deps.store.ackForDevice(session.login!, session.deviceId!, payload.messageKeys, this.deps.clock.now());
+    return { acked };
+  }
+
+  /** Called right after a successful AuthLogin answer: replays the device's unacknowledged events. */
+  async onLogin(session: Session): Promise<void> {
+    const login = session.login!;
+    const deviceId = session.deviceId!;
+    const { store, clock } = this.deps;
+    const seen = await store.touchDevice(login, deviceId, clock.now());
+    if (seen.isNew) return; // a new device reads history instead
+    let after: { storedAtMs: number; messageKey: string } | null = null;
+    for (;;) {
+      const page: StoredCopy[] = await store.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
+      for (const copy of page) {
+        if (!session.send(eventFrame('DirectMessage', directMessageEvent(copy)))) return;
+      }
+      const last = page.at(-1);
+      if (!last || page.length < REPLAY_PAGE) return;
+      after = { storedAtMs: last.storedAtMs, messageKey: last.messageKey };
+    }
+  }
+
+  async setSetting(payload: OpPayload<'SetUserSetting'>, session: Session): Promise<OpResults['SetUserSetting']> {
+    const value = fromBase64(payload.valueB64);
+    if (!value) throw new ShineError('BAD_FIELDS', 'valueB64 is not base64');
+    if (value.length > 65_536) throw new ShineError('TOO_LARGE', 'a setting value is at most 64 KiB');
+    const { clock, config, store } = this.deps;
+    const now = clock.now();
+    if (payload.updatedAtMs > now + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'updatedAtMs is too far in the future');
+    const r = await store.setSetting({ owner: session.login!, key: payload.key, value, updatedAtMs: payload.updatedAtMs, nowMs: now, synced: false });
+    return { key: payload.key, ...r };
+  }
+
+  async getSettings(payload: OpPayload<'GetUserSettings'>, session: Session): Promise<OpResults['GetUserSettings']> {
+    const rows = await this.deps.store.getSettings(session.login!, payload.keys);
+    return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
+  }
+}
+
+function decodeBlob(b64: string): Container {
+  const bytes = fromBase64(b64);
+  if (!bytes) throw new ShineError('BAD_BLOB', 'blob is not base64');
+  try {
+    return decodeContainer(bytes);
+  } catch (err) {
+    if (err instanceof ContainerError) {
+      throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `container rejected: ${err.reason}`);
+    }
+    throw err;
+  }
+}
+
+function directMessageEvent(c: StoredCopy): DirectMessageEvent {
+  return {
+    messageKey: c.messageKey,
+    baseKey: c.baseKey,
+    messageType: c.messageType,
+    fromLogin: c.fromLogin,
+    toLogin: c.toLogin,
+    timeMs: c.timeMs,
+    revisionTimeMs: c.revisionTimeMs,
+    reencryptedAtMs: c.reencryptedAtMs,
+    storedAtMs: c.storedAtMs,
+    blobB64: toBase64(c.blob),
+  };
+}
+
+const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
