@@ -39,7 +39,7 @@ describe('SQLite store', () => {
       ...p,
       nowMs: spec.timeMs,
       outbox: both,
-      delivery: { state: 'delivered', acceptedAtMs: spec.timeMs, nextAttemptAtMs: null },
+      delivery: { state: 'delivered', attempt: 1, acceptedAtMs: spec.timeMs, nextAttemptAtMs: null },
       ...extra,
     });
   };
@@ -61,7 +61,7 @@ describe('SQLite store', () => {
     const p = { from: 'alice', to: 'bob', timeMs: T0 + 1, nonce: 2 } as const;
     await put(p);
     const edit = await put({ ...p, revisionTimeMs: T0 + 100, body: new TextEncoder().encode('edited') }, {
-      delivery: { state: 'accepted', acceptedAtMs: T0 + 100, nextAttemptAtMs: T0 + 130 },
+      delivery: { state: 'accepted', attempt: 1, acceptedAtMs: T0 + 100, nextAttemptAtMs: T0 + 130 },
     });
     assert.equal(edit.outgoing.outcome, 'updated');
     assert.equal(edit.deliveryState, 'accepted');

@@ -45,7 +45,7 @@ export interface CheckedPair {
   incoming: Container;
   outgoing: Container;
   /** The recipient's current access servers. */
-  recipientServers: string[];
+  recipientServers: readonly string[];
 }
 
 const MAX_BLOB_B64 = Math.ceil(MAX_CONTAINER / 3) * 4;
@@ -123,8 +123,8 @@ export class DmService {
       outbox: { localOwners, synced: false },
       // The local copy counts as delivered (SPEC §6.2); remote routes are the delivery engine's.
       delivery: recipientIsLocal
-        ? { state: 'delivered', acceptedAtMs: now, nextAttemptAtMs: null }
-        : { state: 'accepted', acceptedAtMs: now, nextAttemptAtMs: now },
+        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
+        : { state: 'accepted', attempt: 0, acceptedAtMs: now, nextAttemptAtMs: now },
       senderDevice: session.deviceId ? { login, deviceId: session.deviceId } : undefined,
     });
     this.publish(pair.outgoing, result.outgoing, session.id);

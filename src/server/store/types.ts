@@ -53,7 +53,7 @@ export interface StorePairInput {
    * recipient is only on this server is written already `delivered`). Only applied when the pair's
    * outgoing copy was inserted or updated to a newer revision.
    */
-  delivery: { state: DeliveryState; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
+  delivery: { state: DeliveryState; attempt: number; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
   /** The sending session's device: its own copies count as acknowledged (SPEC §5.3). */
   senderDevice?: { login: string; deviceId: string } | undefined;
   /** Stored by catch-up sync: never replayed to devices (SPEC §5.3). */
@@ -121,6 +121,31 @@ export interface SetSettingInput {
   synced: boolean;
 }
 
+/** A delivery row (SPEC §6) of one outgoing pair. */
+export interface DeliveryRow {
+  outgoingKey: string;
+  baseKey: string;
+  senderLogin: string;
+  recipientLogin: string;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  state: DeliveryState;
+  /** Index in the retry schedule of the next regular attempt. */
+  attempt: number;
+  acceptedAtMs: number;
+  nextAttemptAtMs: number | null;
+  leaseUntilMs: number | null;
+  rowVersion: number;
+  lastError: string | null;
+}
+
+export interface DeliveryUpdate {
+  state: DeliveryState;
+  attempt: number;
+  nextAttemptAtMs: number | null;
+  lastError: string | null;
+}
+
 export interface Store {
   /** Creates or migrates the schema. Idempotent. */
   migrate(): Promise<void>;
@@ -147,6 +172,20 @@ export interface Store {
   getCopy(messageKey: string): Promise<StoredCopy | null>;
   getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }>;
   getConversations(owner: string, limit: number): Promise<ConversationRow[]>;
+
+  // ---- delivery rows (SPEC §6) ----
+  getDelivery(outgoingKey: string): Promise<DeliveryRow | null>;
+  /** Rows due at nowMs (state accepted, not leased), oldest first, through the partial index. */
+  dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]>;
+  /** Leases a row if it still has rowVersion; returns the leased row (new rowVersion) or null. */
+  claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null>;
+  /** Writes an attempt's outcome if the row still has rowVersion; false when someone else changed it. */
+  finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean>;
+  /** Marks the given revision delivered if it is still accepted; true when it changed. */
+  markDelivered(outgoingKey: string, revision: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): Promise<boolean>;
+  /** Makes accepted rows whose recipient uses serverLogin due now; returns how many. */
+  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
+  countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
 
   // ---- per-device delivery to sessions (SPEC §5.3) ----
   /** Records that a device logged in; returns when it was first seen (now, for a new device). */

@@ -20,6 +20,8 @@ import { packBlobs } from '../blobs.js';
 import type {
   ConversationRow,
   CopyResult,
+  DeliveryRow,
+  DeliveryUpdate,
   HistoryQuery,
   ProfileSource,
   ServerRecord,
@@ -169,9 +171,9 @@ export class SqliteStore implements Store {
         this.sql(
           `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
              reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error, updated_at_ms)
-           VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, NULL, 1, NULL, ?)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1, NULL, ?)
            ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
-             reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = 0,
+             reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
              accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
              lease_until_ms = NULL, row_version = dm_delivery_state.row_version + 1, last_error = NULL,
              updated_at_ms = excluded.updated_at_ms
@@ -185,6 +187,7 @@ export class SqliteStore implements Store {
           outgoing.revisionTimeMs,
           outgoing.reencryptedAtMs,
           d.state,
+          d.attempt,
           d.acceptedAtMs,
           d.nextAttemptAtMs,
           nowMs,
@@ -365,6 +368,72 @@ export class SqliteStore implements Store {
     return rows.map((r) => ({ peerLogin: r.peer_login, lastTimeMs: r.last_time_ms, lastMessageKey: r.message_key, unreadCount: r.unread }));
   }
 
+  // ---- delivery rows ----
+
+  async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
+    const row = this.sql('SELECT * FROM dm_delivery_state WHERE outgoing_key = ?').get(outgoingKey) as DeliveryDbRow | undefined;
+    return row ? toDeliveryRow(row) : null;
+  }
+
+  async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {
+    const rows = this.sql(
+      `SELECT * FROM dm_delivery_state INDEXED BY dm_delivery_state_due
+       WHERE state = 'accepted' AND next_attempt_at_ms <= ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)
+       ORDER BY next_attempt_at_ms LIMIT ?`,
+    ).all(nowMs, nowMs, limit) as DeliveryDbRow[];
+    return rows.map(toDeliveryRow);
+  }
+
+  claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null> {
+    return this.db.write(() => {
+      const r = this.sql(
+        `UPDATE dm_delivery_state SET lease_until_ms = ?, row_version = row_version + 1
+         WHERE outgoing_key = ? AND row_version = ? AND state = 'accepted' RETURNING *`,
+      ).get(leaseUntilMs, outgoingKey, rowVersion) as DeliveryDbRow | undefined;
+      return r ? toDeliveryRow(r) : null;
+    });
+  }
+
+  finishDelivery(outgoingKey: string, rowVersion: number, u: DeliveryUpdate, nowMs: number): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET state = ?, attempt = ?, next_attempt_at_ms = ?, last_error = ?, lease_until_ms = NULL,
+             row_version = row_version + 1, updated_at_ms = ?
+           WHERE outgoing_key = ? AND row_version = ?`,
+        ).run(u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion).changes === 1,
+    );
+  }
+
+  markDelivered(outgoingKey: string, rev: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
+             row_version = row_version + 1, updated_at_ms = ?
+           WHERE outgoing_key = ? AND state = 'accepted' AND revision_time_ms = ? AND reencrypted_at_ms = ?`,
+        ).run(nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs).changes === 1,
+    );
+  }
+
+  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET next_attempt_at_ms = ?, row_version = row_version + 1
+           WHERE state = 'accepted' AND next_attempt_at_ms > ?
+             AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = ?)`,
+        ).run(nowMs, nowMs, serverLogin).changes,
+    );
+  }
+
+  async countDeliveriesByState(): Promise<Record<DeliveryState, number>> {
+    const rows = this.sql('SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state').all() as { state: DeliveryState; n: number }[];
+    const out: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
+    for (const r of rows) out[r.state] = r.n;
+    return out;
+  }
+
   // ---- per-device delivery ----
 
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }> {
@@ -475,6 +544,40 @@ export class SqliteStore implements Store {
       .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
       .map((r) => ({ key: r.key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms }));
   }
+}
+
+interface DeliveryDbRow {
+  outgoing_key: string;
+  base_key: string;
+  sender_login: string;
+  recipient_login: string;
+  revision_time_ms: number;
+  reencrypted_at_ms: number;
+  state: DeliveryState;
+  attempt: number;
+  accepted_at_ms: number;
+  next_attempt_at_ms: number | null;
+  lease_until_ms: number | null;
+  row_version: number;
+  last_error: string | null;
+}
+
+function toDeliveryRow(r: DeliveryDbRow): DeliveryRow {
+  return {
+    outgoingKey: r.outgoing_key,
+    baseKey: r.base_key,
+    senderLogin: r.sender_login,
+    recipientLogin: r.recipient_login,
+    revisionTimeMs: r.revision_time_ms,
+    reencryptedAtMs: r.reencrypted_at_ms,
+    state: r.state,
+    attempt: r.attempt,
+    acceptedAtMs: r.accepted_at_ms,
+    nextAttemptAtMs: r.next_attempt_at_ms,
+    leaseUntilMs: r.lease_until_ms,
+    rowVersion: r.row_version,
+    lastError: r.last_error,
+  };
 }
 
 function toStoredCopy(r: MessageRow): StoredCopy {
