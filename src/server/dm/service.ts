@@ -17,6 +17,7 @@ import { ShineError } from '../../protocol/errors.js';
 import type { DirectMessageEvent, OpPayload, OpResults, PairAnswer } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
+import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { Session, SessionHub } from '../sessions.js';
@@ -30,6 +31,8 @@ export interface DmDeps {
   directory: Directory;
   verifier: SignatureVerifier;
   log: Logger;
+  /** Remote delivery; absent on a server that is not federated. */
+  delivery?: DeliveryEngine | undefined;
 }
 
 /** The copy types each pair op takes (incoming types; the outgoing one is the next number). */
@@ -110,31 +113,47 @@ export class DmService {
   async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: Session): Promise<PairAnswer> {
     const login = session.login!;
     const pair = await this.checkPair(op, payload, login);
-    const { config, clock, store } = this.deps;
+    const { config, clock, store, delivery, directory } = this.deps;
     const now = clock.now();
     const recipient = pair.incoming.toLogin;
     const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
+    const routes = delivery ? pair.recipientServers.filter((s) => s !== config.serverLogin) : [];
+    const senderPeer = delivery ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null) : null;
     const localOwners = new Set([login]);
     if (recipientIsLocal) localOwners.add(recipient);
+    const schedule = config.retryScheduleMs;
     const result = await store.storePair({
       incoming: pair.incoming,
       outgoing: pair.outgoing,
       nowMs: now,
       outbox: { localOwners, synced: false },
-      // The local copy counts as delivered (SPEC §6.2); remote routes are the delivery engine's.
+      // The local copy counts as delivered (SPEC §6.2). Otherwise the first attempt runs below and
+      // the worker owns the row from the second offset on, even if this process dies meanwhile.
       delivery: recipientIsLocal
         ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
-        : { state: 'accepted', attempt: 0, acceptedAtMs: now, nextAttemptAtMs: now },
+        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (schedule[1] ?? 0) },
       senderDevice: session.deviceId ? { login, deviceId: session.deviceId } : undefined,
     });
     this.publish(pair.outgoing, result.outgoing, session.id);
     const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
+    let deliveryState = result.deliveryState ?? 'accepted';
+    const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
+    if (delivery && fresh && (routes.length > 0 || senderPeer)) {
+      const outgoingKey = result.outgoing.messageKey;
+      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, routes, senderPeer);
+      if (deliveryState === 'accepted') {
+        const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
+        if (waited !== null) deliveryState = waited;
+        // An outcome after the answer reaches the sender as an event (SPEC §6.2, §6.7).
+        else void first.then((state) => state !== 'accepted' && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, state));
+      }
+    }
     return {
       messageKey: result.outgoing.messageKey,
       baseKey: baseKeyOf(pair.outgoing),
       incomingKey: result.incoming.messageKey,
       outgoingKey: result.outgoing.messageKey,
-      deliveryState: result.deliveryState ?? 'accepted',
+      deliveryState,
       deliveredWsSessions: reached,
       deliveredWebPushSessions: 0,
     };
@@ -247,6 +266,23 @@ function directMessageEvent(c: StoredCopy): DirectMessageEvent {
     storedAtMs: c.storedAtMs,
     blobB64: toBase64(c.blob),
   };
+}
+
+/** The promise's value, or null when ms of the clock pass first. */
+function raceTimer<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T | null> {
+  return new Promise((resolve) => {
+    const timer = clock.setTimer(ms, () => resolve(null));
+    p.then(
+      (v) => {
+        timer.cancel();
+        resolve(v);
+      },
+      () => {
+        timer.cancel();
+        resolve(null);
+      },
+    );
+  });
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));

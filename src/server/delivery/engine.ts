@@ -1,0 +1,254 @@
+/**
+ * The delivery engine of SPEC §6: the first attempt before the answer, the forward to the sender's
+ * second server, and a worker that retries due rows on the configured schedule until `delivered` or
+ * `failed`. Rows are claimed with a lease and a row-version compare-and-set, so several workers
+ * (threads or processes) on one database never run the same attempt twice.
+ */
+import { toBase64 } from '../../protocol/bytes.js';
+import type { Container } from '../../protocol/container.js';
+import { eventFrame } from '../../protocol/envelope.js';
+import type { DeliveryState, DeliveryStateChangedEvent } from '../../protocol/ops.js';
+import type { Clock, TimerHandle } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { Directory } from '../directory/service.js';
+import type { Logger } from '../log.js';
+import type { SessionHub } from '../sessions.js';
+import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
+
+/** Server-to-server calls; rejects on transport failure, timeout or an error answer. */
+export interface PeerCaller {
+  call<T = unknown>(serverLogin: string, op: string, payload: Record<string, unknown>): Promise<T>;
+}
+
+export interface DeliveryDeps {
+  config: Config;
+  clock: Clock;
+  store: Store;
+  hub: SessionHub;
+  directory: Directory;
+  peers: PeerCaller;
+  log: Logger;
+}
+
+export interface DeliveryOptions {
+  /** Attempts running at once. */
+  poolSize?: number;
+  /** Claimed rows waiting for the pool; the worker claims no more while it is full. */
+  queueSize?: number;
+}
+
+interface StatusAnswer {
+  items?: { messageKey: string; known: boolean; delivered: boolean }[];
+  delivered?: boolean;
+}
+
+/** The incoming key of a pair, from its outgoing key (`…|2` → `…|1`). */
+export function incomingKeyOf(outgoingKey: string): string {
+  const type = Number(outgoingKey.slice(outgoingKey.lastIndexOf('|') + 1));
+  return `${outgoingKey.slice(0, outgoingKey.lastIndexOf('|'))}|${type - 1}`;
+}
+
+export class DeliveryEngine {
+  private timer: TimerHandle | null = null;
+  private readonly queue: DeliveryRow[] = [];
+  private running = 0;
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private closed = false;
+  private readonly poolSize: number;
+  private readonly queueSize: number;
+  /** Attempts made by this process, by outcome, for metrics. */
+  readonly stats = { attempts: 0, delivered: 0, failed: 0, retried: 0 };
+
+  constructor(
+    private readonly deps: DeliveryDeps,
+    opts: DeliveryOptions = {},
+  ) {
+    this.poolSize = opts.poolSize ?? 32;
+    this.queueSize = opts.queueSize ?? 1024;
+  }
+
+  /** Starts the periodic worker; its first pass runs at once (rows left by a previous run). */
+  start(): void {
+    const tick = (): void => {
+      if (this.closed) return;
+      this.track(this.processDue());
+      this.timer = this.deps.clock.setTimer(this.deps.config.workerTickMs, tick);
+    };
+    tick();
+  }
+
+  /** Stops claiming rows and waits for attempts in flight. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.timer?.cancel();
+    await this.drain();
+  }
+
+  /** Resolves when every queued and running attempt (and background call) has finished. */
+  async drain(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  /**
+   * The first attempt (SPEC §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
+   * routes in parallel and resolves with the row's state after the first success or after all failed.
+   * The remaining calls run on in the background; then the pair goes to the sender's second server.
+   */
+  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, routes: readonly string[], senderPeer: string | null): Promise<DeliveryState> {
+    const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
+    const outcome = this.callRoutes(routes, payload).then(async (ok) => {
+      if (!ok) return 'accepted' as const;
+      await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now());
+      return 'delivered' as const;
+    });
+    if (senderPeer) {
+      const forward = { ...payload, outgoingBlobB64: toBase64(outgoing.bytes) };
+      this.track(
+        outcome.then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward)).catch((err: unknown) => {
+          // Replication (SPEC §7) repairs a failed forward.
+          this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
+        }),
+      );
+    }
+    this.track(outcome);
+    return outcome;
+  }
+
+  /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
+  private callRoutes(routes: readonly string[], payload: Record<string, unknown>): Promise<boolean> {
+    if (routes.length === 0) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      let pending = routes.length;
+      for (const server of routes) {
+        this.track(
+          this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
+            () => resolve(true),
+            (err: unknown) => {
+              this.deps.log.debug('delivery call failed', { server, err: String(err) });
+              if (--pending === 0) resolve(false);
+            },
+          ),
+        );
+      }
+    });
+  }
+
+  /** One worker pass: claims due rows while the queue has room and feeds the pool. Returns rows claimed. */
+  async processDue(): Promise<number> {
+    const { store, clock, config } = this.deps;
+    const room = this.queueSize - this.queue.length;
+    if (room <= 0 || this.closed) return 0;
+    const now = clock.now();
+    const due = await store.dueDeliveries(now, room);
+    // A lease outlives one attempt: optional peer check plus the parallel calls, each bounded by the timeout.
+    const leaseUntil = now + 3 * config.s2sTimeoutMs;
+    let claimed = 0;
+    for (const row of due) {
+      const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, leaseUntil);
+      if (!mine) continue;
+      claimed++;
+      this.queue.push(mine);
+    }
+    this.pump();
+    return claimed;
+  }
+
+  private pump(): void {
+    while (this.running < this.poolSize && this.queue.length > 0) {
+      const row = this.queue.shift()!;
+      this.running++;
+      this.track(
+        this.attempt(row)
+          .catch((err: unknown) => this.deps.log.error('delivery attempt crashed', { key: row.outgoingKey, err: String(err) }))
+          .finally(() => {
+            this.running--;
+            this.pump();
+          }),
+      );
+    }
+  }
+
+  /** Runs one claimed attempt and writes its outcome (SPEC §6.4–6.5). */
+  private async attempt(row: DeliveryRow): Promise<void> {
+    const { store, clock, config, directory } = this.deps;
+    const schedule = config.retryScheduleMs;
+    const now = clock.now();
+    // The latest offset that has passed: missed offsets collapse into this one attempt.
+    let due = 0;
+    while (due + 1 < schedule.length && row.acceptedAtMs + schedule[due + 1]! <= now) due++;
+    // The row's attempt index past the schedule means its last regular attempt is the one now due.
+    const regular = due >= row.attempt || row.attempt >= schedule.length;
+    this.stats.attempts++;
+
+    const copy = await store.getCopy(incomingKeyOf(row.outgoingKey));
+    if (!copy || copy.revisionTimeMs !== row.revisionTimeMs || copy.reencryptedAtMs !== row.reencryptedAtMs) {
+      // Deleted, or replaced by a newer revision whose own row supersedes this one.
+      await this.finish(row, { state: 'failed', attempt: row.attempt, nextAttemptAtMs: null, lastError: 'copy gone' });
+      return;
+    }
+    const sender = await directory.lookup(row.senderLogin);
+    const senderPeer = sender?.accessServers.find((s) => s !== config.serverLogin) ?? null;
+    if (regular && senderPeer && config.peerCheckAttempts.includes(due + 1) && (await this.peerHasDelivered(senderPeer, row.outgoingKey))) {
+      await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
+      return;
+    }
+    const recipient = await directory.lookup(row.recipientLogin);
+    const routes = recipient ? recipient.accessServers.filter((s) => s !== config.serverLogin) : [];
+    const delivered =
+      (recipient?.accessServers.includes(config.serverLogin) ?? false) ||
+      (await this.callRoutes(routes, { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin }));
+    if (delivered) {
+      await this.finish(row, { state: 'delivered', attempt: regular ? due + 1 : row.attempt, nextAttemptAtMs: null, lastError: null });
+    } else if (!regular) {
+      // An extra attempt (a peer came back): the regular schedule stays as it was.
+      await this.finish(row, { state: 'accepted', attempt: row.attempt, nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!, lastError: 'no route answered' });
+    } else if (due + 1 >= schedule.length) {
+      await this.finish(row, { state: 'failed', attempt: due + 1, nextAttemptAtMs: null, lastError: 'no route answered' });
+    } else {
+      this.stats.retried++;
+      await this.finish(row, { state: 'accepted', attempt: due + 1, nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!, lastError: 'no route answered' });
+    }
+  }
+
+  private async peerHasDelivered(peer: string, outgoingKey: string): Promise<boolean> {
+    try {
+      const answer = await this.deps.peers.call<StatusAnswer>(peer, 'GetDmDeliveryStatus', { messageKey: outgoingKey });
+      return answer.delivered === true;
+    } catch (err) {
+      // The peer's silence never blocks our own attempt.
+      this.deps.log.debug('peer status check failed', { peer, err: String(err) });
+      return false;
+    }
+  }
+
+  private async finish(row: DeliveryRow, update: DeliveryUpdate): Promise<void> {
+    const ok = await this.deps.store.finishDelivery(row.outgoingKey, row.rowVersion, update, this.deps.clock.now());
+    if (!ok) return; // a newer revision or another path changed the row meanwhile
+    if (update.state === 'delivered') this.stats.delivered++;
+    if (update.state === 'failed') this.stats.failed++;
+    if (update.state !== row.state) this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state);
+  }
+
+  /** DmDeliveryStateChanged to the sender's sessions on this server (SPEC §6.7). */
+  notify(senderLogin: string, baseKey: string, outgoingKey: string, deliveryState: DeliveryState): void {
+    const event: DeliveryStateChangedEvent = { baseKey, outgoingKey, deliveryState };
+    this.deps.hub.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));
+  }
+
+  /** A peer server showed life: its due-later rows are attempted now (an extra attempt, never past the hour). */
+  async peerAlive(serverLogin: string): Promise<void> {
+    if (this.closed) return;
+    const woken = await this.deps.store.wakeDeliveriesFor(serverLogin, this.deps.clock.now());
+    if (woken > 0) {
+      this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
+      this.track(this.processDue());
+    }
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    const tracked = p.finally(() => this.inFlight.delete(tracked));
+    this.inFlight.add(tracked);
+    tracked.catch(() => undefined);
+    return tracked;
+  }
+}
