@@ -41,6 +41,22 @@ export const opSchemas = {
   AckSessionDelivery: z.object({ messageKeys: z.array(z.string().min(1).max(256)).max(1000) }),
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
   GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
+
+  // server operations (SPEC §5.1, §5.4)
+  ServerAuth: z.object({
+    serverLogin: z.string().min(1).max(64),
+    targetServerLogin: z.string().min(1).max(64),
+    timestampMs: ms,
+    nonceB64: z.string().min(1).max(128),
+    signatureB64: z.string().max(128),
+  }),
+  ReceiveIncomingMessage: z.object({ incomingBlobB64: z.string().optional(), sourceServerLogin: z.string().max(64).optional() }),
+  ReceiveOutcomingMessage: pair.extend({ sourceServerLogin: z.string().max(64).optional() }),
+  GetDmDeliveryStatus: z.object({
+    messageKey: z.string().max(256).optional(),
+    messageKeys: z.array(z.string().max(256)).max(500).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
 } as const;
 
 export type OpName = keyof typeof opSchemas;

@@ -81,13 +81,12 @@ export class DmService {
    * The checks of SPEC §5.2, in its order; nothing is stored before all pass.
    * `sender` is the login the pair must come from.
    */
-  async checkPair(op: PairOp, payload: OpPayload<PairOp>, sender: string): Promise<CheckedPair> {
+  async checkPair(op: PairOp, payload: OpPayload<PairOp>, sender: string | null): Promise<CheckedPair> {
     const inB64 = payload.incomingBlobB64;
     const outB64 = payload.outgoingBlobB64;
     if (!inB64 || !outB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
-    if (inB64.length > MAX_BLOB_B64 || outB64.length > MAX_BLOB_B64) {
-      throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
-    }
+    checkBlobSize(inB64);
+    checkBlobSize(outB64);
     const incoming = decodeBlob(inB64);
     const outgoing = decodeBlob(outB64);
     const problem = pairProblem(incoming, outgoing);
@@ -95,18 +94,25 @@ export class DmService {
     if (!PAIR_OP_TYPES[op].includes(incoming.messageType)) {
       throw new ShineError('BAD_PAIR', `${op} does not take types ${incoming.messageType}/${outgoing.messageType}`);
     }
-    if (incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
+    if (sender !== null && incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
+    await this.checkSigned(incoming, outgoing);
+    const to = await this.deps.directory.lookup(incoming.toLogin);
+    if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
+    return { incoming, outgoing, recipientServers: to.accessServers };
+  }
+
+  /** Signatures by fromLogin's key, then the time bound: shared by every path that accepts copies. */
+  async checkSigned(...copies: Container[]): Promise<void> {
     const { directory, verifier, clock, config } = this.deps;
-    const from = await directory.lookup(sender);
-    if (!from || !verifyContainer(incoming, from.signKey, verifier) || !verifyContainer(outgoing, from.signKey, verifier)) {
+    const first = copies[0]!;
+    const from = await directory.lookup(first.fromLogin);
+    if (!from) throw new ShineError('USER_NOT_FOUND', `unknown sender ${first.fromLogin}`);
+    if (!copies.every((c) => verifyContainer(c, from.signKey, verifier))) {
       throw new ShineError('BAD_SIGNATURE', 'signature does not verify with the sender key');
     }
     // A future revision would outrank every later edit, so all three times are bounded.
-    const latest = Math.max(incoming.timeMs, incoming.revisionTimeMs, incoming.reencryptedAtMs);
+    const latest = Math.max(first.timeMs, first.revisionTimeMs, first.reencryptedAtMs);
     if (latest > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is too far in the future');
-    const to = await directory.lookup(incoming.toLogin);
-    if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
-    return { incoming, outgoing, recipientServers: to.accessServers };
   }
 
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
@@ -240,7 +246,13 @@ export class DmService {
   }
 }
 
-function decodeBlob(b64: string): Container {
+function checkBlobSize(b64: string): void {
+  if (b64.length > MAX_BLOB_B64) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
+}
+
+/** Base64 → container, with the SPEC's codes for each failure. */
+export function decodeBlob(b64: string): Container {
+  checkBlobSize(b64);
   const bytes = fromBase64(b64);
   if (!bytes) throw new ShineError('BAD_BLOB', 'blob is not base64');
   try {

@@ -187,6 +187,10 @@ export interface Store {
   wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
 
+  // ---- server sessions (SPEC §5.1) ----
+  /** Records a ServerAuth nonce; false when (serverLogin, nonce) was seen after sinceMs. Prunes older ones. */
+  rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean>;
+
   // ---- per-device delivery to sessions (SPEC §5.3) ----
   /** Records that a device logged in; returns when it was first seen (now, for a new device). */
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;

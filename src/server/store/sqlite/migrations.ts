@@ -150,5 +150,6 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     seen_at_ms INTEGER NOT NULL,
     PRIMARY KEY (server_login, nonce)
   ) STRICT;
+  CREATE INDEX s2s_nonces_seen ON s2s_nonces (seen_at_ms);
   `,
 ];

@@ -434,6 +434,13 @@ export class SqliteStore implements Store {
     return out;
   }
 
+  rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean> {
+    return this.db.write(() => {
+      this.sql('DELETE FROM s2s_nonces WHERE seen_at_ms < ?').run(sinceMs);
+      return this.sql('INSERT INTO s2s_nonces (server_login, nonce, seen_at_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(serverLogin, nonceB64, nowMs).changes === 1;
+    });
+  }
+
   // ---- per-device delivery ----
 
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }> {

@@ -1,0 +1,201 @@
+/**
+ * Outgoing server-to-server channel (SPEC §5.1, §5.4): one persistent, multiplexed WebSocket per peer
+ * server, authenticated with ServerAuth, requests matched by requestId with a per-call timeout, and
+ * reconnection with exponential backoff.
+ */
+import { randomBytes } from 'node:crypto';
+import WebSocket from 'ws';
+import { toBase64 } from '../../protocol/bytes.js';
+import type { Response } from '../../protocol/envelope.js';
+import { MAX_FRAME } from '../../protocol/envelope.js';
+import { ShineError, isErrorCode } from '../../protocol/errors.js';
+import { s2sSigningText, signText } from '../../protocol/identity.js';
+import type { Clock, TimerHandle } from '../clock.js';
+import type { PeerCaller } from '../delivery/engine.js';
+import type { Logger } from '../log.js';
+
+export interface PeerPoolDeps {
+  serverLogin: string;
+  /** This server's Ed25519 seed, for ServerAuth. */
+  serverSeed: Uint8Array;
+  clock: Clock;
+  log: Logger;
+  /** The ws URL of a peer server from the directory, or null when it is unknown. */
+  resolveUrl(serverLogin: string): Promise<string | null>;
+  /** A peer that could not be reached is reachable again. */
+  onPeerAlive?(serverLogin: string): void;
+  timeoutMs: number;
+  /** Backoff bounds between failed connection attempts. */
+  reconnectMinMs?: number;
+  reconnectMaxMs?: number;
+}
+
+/** Error of a call that never got an answer (unreachable, timeout, closed); distinct from an error answer. */
+export class PeerUnavailableError extends Error {
+  constructor(
+    readonly serverLogin: string,
+    message: string,
+  ) {
+    super(`${serverLogin}: ${message}`);
+    this.name = 'PeerUnavailableError';
+  }
+}
+
+interface Pending {
+  resolve(payload: unknown): void;
+  reject(err: Error): void;
+  timer: TimerHandle;
+}
+
+class PeerConnection {
+  private ws: WebSocket | null = null;
+  private ready: Promise<void> | null = null;
+  private readonly pending = new Map<string, Pending>();
+  private seq = 0;
+  private failures = 0;
+  private retryAtMs = 0;
+  private wasDown = false;
+  private closed = false;
+
+  constructor(
+    private readonly peer: string,
+    private readonly deps: PeerPoolDeps,
+  ) {}
+
+  async call(op: string, payload: Record<string, unknown>): Promise<unknown> {
+    await this.connect();
+    const ws = this.ws!;
+    const requestId = `${++this.seq}`;
+    return new Promise((resolve, reject) => {
+      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () => {
+        this.pending.delete(requestId);
+        reject(new PeerUnavailableError(this.peer, `${op} timed out`));
+      });
+      this.pending.set(requestId, { resolve, reject, timer });
+      ws.send(JSON.stringify({ op, requestId, payload }), (err) => {
+        if (err) this.fail(requestId, new PeerUnavailableError(this.peer, `send failed: ${err.message}`));
+      });
+    });
+  }
+
+  private connect(): Promise<void> {
+    if (this.closed) return Promise.reject(new PeerUnavailableError(this.peer, 'pool closed'));
+    if (this.ready) return this.ready;
+    const now = this.deps.clock.now();
+    if (now < this.retryAtMs) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
+    this.ready = this.open().then(
+      () => {
+        this.failures = 0;
+        if (this.wasDown) {
+          this.wasDown = false;
+          this.deps.onPeerAlive?.(this.peer);
+        }
+      },
+      (err: unknown) => {
+        this.ready = null;
+        this.ws?.terminate();
+        this.ws = null;
+        this.failures++;
+        this.wasDown = true;
+        const min = this.deps.reconnectMinMs ?? 100;
+        const max = this.deps.reconnectMaxMs ?? 30_000;
+        this.retryAtMs = this.deps.clock.now() + Math.min(max, min * 2 ** (this.failures - 1));
+        throw err instanceof PeerUnavailableError ? err : new PeerUnavailableError(this.peer, String(err));
+      },
+    );
+    return this.ready;
+  }
+
+  private async open(): Promise<void> {
+    const url = await this.deps.resolveUrl(this.peer);
+    if (!url) throw new PeerUnavailableError(this.peer, 'no known address');
+    const ws = new WebSocket(url, { maxPayload: MAX_FRAME, handshakeTimeout: this.deps.timeoutMs });
+    this.ws = ws;
+    ws.on('message', (data, isBinary) => {
+      if (!isBinary) this.onFrame(data.toString());
+    });
+    ws.on('close', () => this.onClose(ws));
+    ws.on('error', (err) => this.deps.log.debug('peer socket error', { peer: this.peer, err: err.message }));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+      ws.once('close', () => reject(new PeerUnavailableError(this.peer, 'closed while connecting')));
+    });
+    const nonceB64 = toBase64(randomBytes(16));
+    const timestampMs = this.deps.clock.now();
+    const text = s2sSigningText({ from: this.deps.serverLogin, to: this.peer, timestampMs, nonceB64 });
+    const requestId = 'auth';
+    await new Promise((resolve, reject) => {
+      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () => reject(new PeerUnavailableError(this.peer, 'ServerAuth timed out')));
+      this.pending.set(requestId, { resolve, reject, timer });
+      ws.send(
+        JSON.stringify({
+          op: 'ServerAuth',
+          requestId,
+          payload: { serverLogin: this.deps.serverLogin, targetServerLogin: this.peer, timestampMs, nonceB64, signatureB64: signText(text, this.deps.serverSeed) },
+        }),
+      );
+    });
+  }
+
+  private onFrame(text: string): void {
+    let frame: Response;
+    try {
+      frame = JSON.parse(text) as Response;
+    } catch {
+      return;
+    }
+    if (typeof frame.requestId !== 'string') return; // events are not for server sessions
+    const p = this.pending.get(frame.requestId);
+    if (!p) return;
+    this.pending.delete(frame.requestId);
+    p.timer.cancel();
+    if (frame.ok) p.resolve(frame.payload);
+    else {
+      const code = frame.error?.code;
+      p.reject(new ShineError(typeof code === 'string' && isErrorCode(code) ? code : 'INTERNAL', `${this.peer}: ${frame.error?.message ?? 'error'}`));
+    }
+  }
+
+  private fail(requestId: string, err: Error): void {
+    const p = this.pending.get(requestId);
+    if (!p) return;
+    this.pending.delete(requestId);
+    p.timer.cancel();
+    p.reject(err);
+  }
+
+  private onClose(ws: WebSocket): void {
+    if (this.ws !== ws) return;
+    this.ws = null;
+    this.ready = null;
+    this.wasDown = true;
+    for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'connection closed'));
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'pool closed'));
+    this.ws?.terminate();
+    this.ws = null;
+  }
+}
+
+/** One connection per peer server, made on first use. */
+export class PeerPool implements PeerCaller {
+  private readonly connections = new Map<string, PeerConnection>();
+
+  constructor(private readonly deps: PeerPoolDeps) {}
+
+  async call<T = unknown>(serverLogin: string, op: string, payload: Record<string, unknown>): Promise<T> {
+    if (serverLogin === this.deps.serverLogin) throw new Error('a server does not call itself');
+    let c = this.connections.get(serverLogin);
+    if (!c) this.connections.set(serverLogin, (c = new PeerConnection(serverLogin, this.deps)));
+    return (await c.call(op, payload)) as T;
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.connections.values()) c.close();
+    this.connections.clear();
+  }
+}

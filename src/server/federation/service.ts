@@ -1,0 +1,174 @@
+/** Server operations of SPEC §5.1 and §5.4: ServerAuth and receiving copies from other servers. */
+import { baseKeyOf, messageKeyOf, parseMessageKey } from '../../protocol/container.js';
+import { ShineError } from '../../protocol/errors.js';
+import { s2sSigningText, verifyText } from '../../protocol/identity.js';
+import type { PairAnswer } from '../../protocol/ops.js';
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { DeliveryEngine } from '../delivery/engine.js';
+import type { Directory } from '../directory/service.js';
+import type { DmService } from '../dm/service.js';
+import { decodeBlob } from '../dm/service.js';
+import type { Logger } from '../log.js';
+import type { Session } from '../sessions.js';
+import type { Store } from '../store/types.js';
+
+export interface FederationDeps {
+  config: Config;
+  clock: Clock;
+  store: Store;
+  directory: Directory;
+  dm: DmService;
+  delivery: DeliveryEngine;
+  verifier: SignatureVerifier;
+  log: Logger;
+}
+
+const S2S_WINDOW_MS = 5 * 60_000;
+
+export interface ServerAuthPayload {
+  serverLogin: string;
+  targetServerLogin: string;
+  timestampMs: number;
+  nonceB64: string;
+  signatureB64: string;
+}
+
+export class FederationService {
+  constructor(private readonly deps: FederationDeps) {}
+
+  /** Server ops are meaningless on a server without a name of its own. */
+  private requireConfigured(): void {
+    if (this.deps.config.serverLogin === 'local') {
+      throw new ShineError('LOCAL_SERVER_NOT_CONFIGURED', 'this server runs as `local`: set SHINE_SERVER_LOGIN to federate');
+    }
+  }
+
+  async serverAuth(p: ServerAuthPayload, session: Session): Promise<{ serverLogin: string; targetServerLogin: string }> {
+    this.requireConfigured();
+    const { config, clock, directory, store, verifier, delivery } = this.deps;
+    const now = clock.now();
+    const fail = (why: string): never => {
+      throw new ShineError('AUTH_FAILED', why);
+    };
+    if (p.targetServerLogin !== config.serverLogin) fail('ServerAuth is for another server');
+    if (Math.abs(now - p.timestampMs) > S2S_WINDOW_MS) fail('timestamp outside the 5 minute window');
+    const known = await directory.lookupServer(p.serverLogin);
+    if (!known) fail('unknown server');
+    const text = s2sSigningText({ from: p.serverLogin, to: p.targetServerLogin, timestampMs: p.timestampMs, nonceB64: p.nonceB64 });
+    if (!verifyText(text, p.signatureB64, known!.descriptor.signKeyB64, verifier)) fail('bad signature');
+    if (!(await store.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS))) fail('nonce replayed');
+    session.serverLogin = p.serverLogin;
+    void delivery.peerAlive(p.serverLogin);
+    return { serverLogin: p.serverLogin, targetServerLogin: config.serverLogin };
+  }
+
+  /**
+   * The calling server: the authenticated one, or with s2sAuth off the payload's claim (SPEC §5.1).
+   * A payload that names another server than the authenticated one is refused.
+   */
+  sourceOf(session: Session, sourceServerLogin: string | undefined): string | null {
+    this.requireConfigured();
+    if (this.deps.config.s2sAuth === 'off') return sourceServerLogin ?? session.serverLogin;
+    if (!session.serverLogin) throw new ShineError('NOT_AUTHENTICATED', 'ServerAuth first');
+    if (sourceServerLogin !== undefined && sourceServerLogin !== session.serverLogin) {
+      throw new ShineError('SOURCE_MISMATCH', 'sourceServerLogin is not the authenticated server');
+    }
+    return session.serverLogin;
+  }
+
+  async receiveIncoming(
+    p: { incomingBlobB64?: string | undefined; sourceServerLogin?: string | undefined },
+    session: Session,
+  ): Promise<Omit<PairAnswer, 'incomingKey' | 'outgoingKey' | 'deliveryState'>> {
+    this.sourceOf(session, p.sourceServerLogin);
+    const { config, clock, store, directory, dm } = this.deps;
+    if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
+    const copy = decodeBlob(p.incomingBlobB64);
+    if (copy.messageType % 2 !== 1) throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
+    const to = await directory.lookup(copy.toLogin);
+    if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${copy.toLogin}`);
+    if (!to.accessServers.includes(config.serverLogin)) {
+      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);
+    }
+    await dm.checkSigned(copy);
+    const result = await store.storeCopy({ copy, nowMs: clock.now(), outbox: { localOwners: new Set([copy.toLogin]), synced: false } });
+    return {
+      messageKey: result.messageKey,
+      baseKey: baseKeyOf(copy),
+      deliveredWsSessions: dm.publish(copy, result),
+      deliveredWebPushSessions: 0,
+    };
+  }
+
+  /** The whole pair from the sender's other access server; this server runs its own delivery for it. */
+  async receiveOutgoing(
+    p: { incomingBlobB64?: string | undefined; outgoingBlobB64?: string | undefined; sourceServerLogin?: string | undefined },
+    session: Session,
+  ): Promise<PairAnswer> {
+    const source = this.sourceOf(session, p.sourceServerLogin);
+    const { config, clock, store, directory, dm, delivery } = this.deps;
+    const type = p.incomingBlobB64 ? decodeBlob(p.incomingBlobB64).messageType : 1;
+    const op = type === 5 ? 'DeleteMessage' : type === 7 ? 'DeleteConversation' : 'SendMessagePair';
+    const pair = await dm.checkPair(op, p, null);
+    const sender = await directory.lookup(pair.outgoing.fromLogin);
+    const senderServers = sender?.accessServers ?? [];
+    if (!senderServers.includes(config.serverLogin)) {
+      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${pair.outgoing.fromLogin}`);
+    }
+    if (!source || source === config.serverLogin || !senderServers.includes(source)) {
+      throw new ShineError('NOT_PEER', "only the sender's other access server forwards its pairs");
+    }
+    const now = clock.now();
+    const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
+    const localOwners = new Set([pair.outgoing.fromLogin]);
+    if (recipientIsLocal) localOwners.add(pair.incoming.toLogin);
+    const schedule = config.retryScheduleMs;
+    const result = await store.storePair({
+      incoming: pair.incoming,
+      outgoing: pair.outgoing,
+      nowMs: now,
+      outbox: { localOwners, synced: true },
+      delivery: recipientIsLocal
+        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
+        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (schedule[1] ?? 0) },
+    });
+    dm.publish(pair.outgoing, result.outgoing);
+    const reached = recipientIsLocal ? dm.publish(pair.incoming, result.incoming) : 0;
+    const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
+    const routes = pair.recipientServers.filter((s) => s !== config.serverLogin);
+    if (fresh && !recipientIsLocal && routes.length > 0) {
+      // Answered at once; this server's own first attempt runs on, and never forwards back.
+      void delivery.firstAttempt(pair.incoming, pair.outgoing, result.outgoing.messageKey, routes, null);
+    }
+    return {
+      messageKey: result.outgoing.messageKey,
+      baseKey: baseKeyOf(pair.outgoing),
+      incomingKey: result.incoming.messageKey,
+      outgoingKey: result.outgoing.messageKey,
+      deliveryState: result.deliveryState ?? 'accepted',
+      deliveredWsSessions: reached,
+      deliveredWebPushSessions: 0,
+    };
+  }
+
+  /** GetDmDeliveryStatus, single or batch (SPEC §5.4). Read-only. */
+  async deliveryStatus(
+    p: { messageKey?: string | undefined; messageKeys?: string[] | undefined; sourceServerLogin?: string | undefined },
+    session: Session,
+  ): Promise<{ messageKey: string; known: boolean; delivered: boolean } | { items: { messageKey: string; known: boolean; delivered: boolean }[] }> {
+    this.sourceOf(session, p.sourceServerLogin);
+    const one = async (messageKey: string): Promise<{ messageKey: string; known: boolean; delivered: boolean }> => {
+      const parsed = parseMessageKey(messageKey);
+      if (!parsed) return { messageKey, known: false, delivered: false };
+      // An incoming key is answered for its pair's outgoing key.
+      const outgoingKey = parsed.messageType % 2 === 1 ? messageKeyOf({ ...parsed, messageType: (parsed.messageType + 1) as 2 }) : messageKey;
+      const row = await this.deps.store.getDelivery(outgoingKey);
+      return { messageKey, known: row !== null, delivered: row?.state === 'delivered' };
+    };
+    if (p.messageKeys !== undefined) return { items: await Promise.all(p.messageKeys.map(one)) };
+    if (!p.messageKey) throw new ShineError('EMPTY_MESSAGE_KEY', 'messageKey or messageKeys is required');
+    return one(p.messageKey);
+  }
+}
