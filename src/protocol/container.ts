@@ -87,14 +87,23 @@ export function peerOf(c: Pick<ContainerFields, 'messageType' | 'fromLogin' | 't
   return isOutgoingType(c.messageType) ? c.toLogin : c.fromLogin;
 }
 
+/** A u64 field's value as a BigInt; only 0..2^53-1 round-trips through a JS number. */
+function u64(v: number): bigint {
+  if (!Number.isSafeInteger(v) || v < 0) throw new ContainerError('BAD_INTEGER');
+  return BigInt(v);
+}
+
+function u32(v: number): number {
+  if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ContainerError('BAD_INTEGER');
+  return v;
+}
+
 function checkFields(f: ContainerFields): void {
   if (!Number.isInteger(f.messageType) || f.messageType < 1 || f.messageType > 8) throw new ContainerError('BAD_TYPE');
   if (!LOGIN_RE.test(f.fromLogin) || !LOGIN_RE.test(f.toLogin)) throw new ContainerError('BAD_LOGIN');
   if (f.fromLogin === f.toLogin) throw new ContainerError('SAME_LOGIN');
-  for (const v of [f.timeMs, f.revisionTimeMs, f.reencryptedAtMs]) {
-    if (!Number.isSafeInteger(v) || v < 0) throw new ContainerError('BAD_INTEGER');
-  }
-  if (!Number.isInteger(f.nonce) || f.nonce < 0 || f.nonce > 0xffffffff) throw new ContainerError('BAD_INTEGER');
+  for (const v of [f.timeMs, f.revisionTimeMs, f.reencryptedAtMs]) u64(v);
+  u32(f.nonce);
   checkBody(f.messageType, f.body);
 }
 
@@ -257,11 +266,21 @@ export function syncIdOf(primaryMessageKey: string, revisionTimeMs: number, reen
   return `${primaryMessageKey}:${revisionTimeMs}:${reencryptedAtMs}`;
 }
 
+/** Decimal as the key builders write it: no sign, no leading zero, at most 2^53-1; else null. */
+function canonicalInt(text: string): number | null {
+  if (!/^(0|[1-9]\d{0,15})$/.test(text)) return null;
+  const n = Number(text);
+  return Number.isSafeInteger(n) ? n : null;
+}
+
 /** Parses a syncId; the message key itself never contains ':'. */
 export function parseSyncId(syncId: string): { primaryMessageKey: string; revisionTimeMs: number; reencryptedAtMs: number } | null {
-  const m = /^([^:]+):(\d{1,16}):(\d{1,16})$/.exec(syncId);
+  const m = /^([^:]+):(\d+):(\d+)$/.exec(syncId);
   if (!m) return null;
-  return { primaryMessageKey: m[1]!, revisionTimeMs: Number(m[2]), reencryptedAtMs: Number(m[3]) };
+  const revisionTimeMs = canonicalInt(m[2]!);
+  const reencryptedAtMs = canonicalInt(m[3]!);
+  if (revisionTimeMs === null || reencryptedAtMs === null) return null;
+  return { primaryMessageKey: m[1]!, revisionTimeMs, reencryptedAtMs };
 }
 
 /** Parses `from|to|timeMs|nonce|type`; null when it is not a well-formed message key. */
@@ -271,12 +290,10 @@ export function parseMessageKey(
   const parts = key.split('|');
   if (parts.length !== 5) return null;
   const [fromLogin, toLogin, t, n, ty] = parts as [string, string, string, string, string];
-  if (!LOGIN_RE.test(fromLogin) || !LOGIN_RE.test(toLogin) || !/^\d{1,16}$/.test(t) || !/^\d{1,10}$/.test(n) || !/^[1-8]$/.test(ty)) {
-    return null;
-  }
-  const timeMs = Number(t);
-  const nonce = Number(n);
-  if (!Number.isSafeInteger(timeMs) || nonce > 0xffffffff) return null;
+  if (!LOGIN_RE.test(fromLogin) || !LOGIN_RE.test(toLogin) || fromLogin === toLogin || !/^[1-8]$/.test(ty)) return null;
+  const timeMs = canonicalInt(t);
+  const nonce = canonicalInt(n);
+  if (timeMs === null || nonce === null || nonce > 0xffffffff) return null;
   return { fromLogin, toLogin, timeMs, nonce, messageType: Number(ty) as MessageType };
 }
 
@@ -343,9 +360,9 @@ export function parseReceiptBody(c: Pick<ContainerFields, 'messageType' | 'body'
 export function encodeReceiptBody(b: ReceiptBody): Uint8Array {
   const out = new Uint8Array(20);
   const v = new DataView(out.buffer);
-  v.setBigUint64(0, BigInt(b.readAtMs));
-  v.setBigUint64(8, BigInt(b.targetTimeMs));
-  v.setUint32(16, b.targetNonce);
+  v.setBigUint64(0, u64(b.readAtMs));
+  v.setBigUint64(8, u64(b.targetTimeMs));
+  v.setUint32(16, u32(b.targetNonce));
   return out;
 }
 
@@ -357,8 +374,9 @@ export function parseDeleteMessageBody(c: Pick<ContainerFields, 'messageType' | 
 export function encodeDeleteMessageBody(b: DeleteMessageBody): Uint8Array {
   const out = new Uint8Array(13);
   const v = new DataView(out.buffer);
-  v.setBigUint64(0, BigInt(b.targetTimeMs));
-  v.setUint32(8, b.targetNonce);
+  v.setBigUint64(0, u64(b.targetTimeMs));
+  v.setUint32(8, u32(b.targetNonce));
+  if (b.targetSender !== 0 && b.targetSender !== 1) throw new ContainerError('BAD_BODY', 'targetSender must be 0 or 1');
   v.setUint8(12, b.targetSender);
   return out;
 }
@@ -370,7 +388,7 @@ export function parseDeleteConversationBody(c: Pick<ContainerFields, 'messageTyp
 
 export function encodeDeleteConversationBody(b: DeleteConversationBody): Uint8Array {
   const out = new Uint8Array(8);
-  new DataView(out.buffer).setBigUint64(0, BigInt(b.deleteBeforeMs));
+  new DataView(out.buffer).setBigUint64(0, u64(b.deleteBeforeMs));
   return out;
 }
 

@@ -102,6 +102,16 @@ export interface OpResults {
   AckSessionDelivery: { acked: number };
   SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
   GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
+  ServerAuth: { serverLogin: string; targetServerLogin: string };
+  ReceiveIncomingMessage: { messageKey: string; baseKey: string; deliveredWsSessions: number; deliveredWebPushSessions: number };
+  ReceiveOutcomingMessage: PairAnswer;
+  GetDmDeliveryStatus: DeliveryStatusItem | { items: DeliveryStatusItem[] };
+}
+
+export interface DeliveryStatusItem {
+  messageKey: string;
+  known: boolean;
+  delivered: boolean;
 }
 
 /** The DirectMessage event (SPEC §5.3). */

@@ -22,11 +22,14 @@ export class SessionHub {
     this.byId.set(session.id, session);
   }
 
-  /** Makes the session reachable as login's session (after AuthLogin). */
-  bindUser(session: Session, login: string): void {
+  /** Makes the session reachable as login's session (after AuthLogin); false if it has closed meanwhile. */
+  bindUser(session: Session, login: string): boolean {
+    // A socket may close while AuthLogin awaits the store; binding it then would leak it into byLogin.
+    if (this.byId.get(session.id) !== session) return false;
     let set = this.byLogin.get(login);
     if (!set) this.byLogin.set(login, (set = new Set()));
     set.add(session);
+    return true;
   }
 
   remove(session: Session): void {

@@ -8,10 +8,16 @@ import type { Session } from '../sessions.js';
 /** none: any socket; user: after AuthLogin; server: a server session (ServerAuth, or trusted when s2sAuth is off). */
 export type AuthKind = 'none' | 'user' | 'server';
 
+/** Per-request services the transport gives a handler. */
+export interface OpCall {
+  /** Runs fn once the answer frame has been written to the socket (e.g. replay after AuthLogin). */
+  afterAnswer(fn: () => Promise<void>): void;
+}
+
 export interface OpDef<S extends z.ZodType = z.ZodType> {
   auth: AuthKind;
   schema: S;
-  handle(payload: z.infer<S>, session: Session): Promise<unknown>;
+  handle(payload: z.infer<S>, session: Session, call: OpCall): Promise<unknown>;
 }
 
 /** Helper that keeps the payload type tied to the schema. */
