@@ -245,10 +245,9 @@ export class DeliveryEngine {
     }
   }
 
-  private track<T>(p: Promise<T>): Promise<T> {
-    const tracked = p.finally(() => this.inFlight.delete(tracked));
+  /** Keeps background work visible to drain(); its errors are handled where it was made. */
+  private track(p: Promise<unknown>): void {
+    const tracked: Promise<unknown> = p.finally(() => this.inFlight.delete(tracked)).catch(() => undefined);
     this.inFlight.add(tracked);
-    tracked.catch(() => undefined);
-    return tracked;
   }
 }

@@ -1,0 +1,396 @@
+/** ShineClient: one WebSocket session to an access server (SPEC §5), with E2E text on top. Node and browser. */
+import { fromBase64, toBase64 } from '../protocol/bytes.js';
+import type { Container } from '../protocol/container.js';
+import { ContainerError, baseKeyOf, decodeContainer, messageKeyOf, ownerOf, verifyContainer } from '../protocol/container.js';
+import type { ErrorCode } from '../protocol/errors.js';
+import type { ServerDescriptor, UserProfile } from '../protocol/identity.js';
+import { authSigningText, signText, verifyDescriptor, verifyProfile } from '../protocol/identity.js';
+import type {
+  DeliveryStateChangedEvent,
+  DirectMessageEvent,
+  HistoryItem,
+  OpName,
+  OpPayload,
+  OpResults,
+  PairAnswer,
+} from '../protocol/ops.js';
+import { decryptBody, encryptBody, settingAad } from './e2e.js';
+import type { Identity } from './identity.js';
+import type { BuiltPair, CopyContent, MessageRef } from './pairs.js';
+import { contentOf, deleteConversationPair, deleteMessagePair, editTextPair, receiptPair, textPair } from './pairs.js';
+
+/** The part of the WebSocket API the client uses; the browser's WebSocket and ws's both fit. */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  addEventListener(type: 'message', listener: (event: { data: unknown }) => void): void;
+  addEventListener(type: 'close', listener: (event: { code: number; reason: string }) => void): void;
+  addEventListener(type: 'open' | 'error', listener: () => void): void;
+}
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+export interface ShineClientOptions {
+  /** In Node pass `WebSocket` from 'ws'; in browsers the global one is used. */
+  WebSocket?: WebSocketConstructor;
+  /** How long a request waits for its answer (default 15 s: SendMessagePair may wait 3 s for delivery). */
+  requestTimeoutMs?: number;
+  /** Wall clock for timeMs, edits and settings (default Date.now). */
+  now?: () => number;
+}
+
+/** Codes the client raises itself, without an answer from the server (status 0). */
+export type LocalErrorCode = 'TIMEOUT' | 'CLOSED' | 'NOT_LOGGED_IN' | 'BAD_PROFILE' | 'NOT_OWNER';
+
+/** A failed request (SPEC code and status of the error answer) or a local failure (status 0). */
+export class ShineClientError extends Error {
+  constructor(
+    readonly code: ErrorCode | LocalErrorCode,
+    readonly status: number,
+    message: string,
+    readonly op?: string,
+  ) {
+    super(message);
+    this.name = 'ShineClientError';
+  }
+}
+
+/** Typed payloads of the events the SDK knows; any other op arrives as unknown. */
+export interface KnownEvents {
+  DirectMessage: DirectMessageEvent;
+  DmDeliveryStateChanged: DeliveryStateChangedEvent;
+}
+export type EventPayload<K extends string> = K extends keyof KnownEvents ? KnownEvents[K] : unknown;
+
+/** A pair the server accepted, with what is needed to edit or delete it later. */
+export type SentPair = PairAnswer & MessageRef & { revisionTimeMs: number };
+
+/** A verified (and, for text, decrypted) copy. */
+export type OpenedMessage = { container: Container; messageKey: string; baseKey: string } & CopyContent;
+
+/** A history item with its text; problem says why a copy could not be opened (text is then null). */
+export type HistoryEntry = HistoryItem & { text: string | null; problem: string | null };
+
+export interface HistoryPage {
+  items: HistoryEntry[];
+  hasMore: boolean;
+  /** Pass as `before` for the next, older page. */
+  next: { timeMs: number; messageKey: string } | null;
+}
+
+export interface Setting {
+  key: string;
+  value: Uint8Array;
+  updatedAtMs: number;
+}
+
+interface Pending {
+  op: string;
+  resolve: (payload: unknown) => void;
+  reject: (err: Error) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+type Listener = (payload: never) => void;
+
+/** Fetches and verifies a server's descriptor from the HTTP side of its WebSocket URL (SPEC §4). */
+export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch = fetch): Promise<ServerDescriptor> {
+  const url = new URL(wsUrl);
+  url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+  url.pathname = '/.well-known/shine-server';
+  url.search = '';
+  const res = await fetchFn(url);
+  if (!res.ok) throw new ShineClientError('BAD_PROFILE', res.status, `GET ${url.href} answered ${res.status}`);
+  const descriptor = (await res.json()) as ServerDescriptor;
+  if (!verifyDescriptor(descriptor)) throw new ShineClientError('BAD_PROFILE', 0, `descriptor of ${url.host} has a bad signature`);
+  return descriptor;
+}
+
+/** One connection to a SHiNE server. Create with ShineClient.connect(). */
+export class ShineClient {
+  /** Settles when the socket has closed, for whatever reason. */
+  readonly closed: Promise<{ code: number; reason: string }>;
+  private readonly pending = new Map<string, Pending>();
+  private readonly listeners = new Map<string, Set<Listener>>();
+  /** Profiles by login; promises so concurrent look-ups share one request. */
+  private readonly profiles = new Map<string, Promise<UserProfile>>();
+  private readonly timeoutMs: number;
+  private readonly now: () => number;
+  private seq = 0;
+  private isClosed = false;
+  private identity: Identity | null = null;
+  private lastEditMs = 0;
+  private sessionInfo: (OpResults['AuthLogin'] & { serverLogin: string }) | null = null;
+
+  private constructor(
+    private readonly ws: WebSocketLike,
+    options: ShineClientOptions,
+  ) {
+    this.timeoutMs = options.requestTimeoutMs ?? 15_000;
+    this.now = options.now ?? Date.now;
+    this.closed = new Promise((resolve) => {
+      ws.addEventListener('close', (ev: { code: number; reason: string }) => {
+        this.isClosed = true;
+        for (const [id, p] of this.pending) {
+          clearTimeout(p.timer);
+          p.reject(new ShineClientError('CLOSED', 0, `connection closed before ${p.op} was answered`, p.op));
+          this.pending.delete(id);
+        }
+        resolve({ code: ev.code, reason: String(ev.reason) });
+      });
+    });
+    ws.addEventListener('message', (ev: { data: unknown }) => this.onFrame(ev.data));
+    // Every error is followed by a close, which settles everything; without a listener ws would throw.
+    ws.addEventListener('error', () => undefined);
+  }
+
+  /** Opens a WebSocket to url (e.g. ws://host:port/ws) and resolves once it is open. */
+  static async connect(url: string, options: ShineClientOptions = {}): Promise<ShineClient> {
+    const Ctor = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    if (!Ctor) throw new Error('no WebSocket implementation: pass options.WebSocket (in Node: the ws package)');
+    const client = new ShineClient(new Ctor(url), options);
+    await new Promise<void>((resolve, reject) => {
+      client.ws.addEventListener('open', () => resolve());
+      void client.closed.then(({ code }) => reject(new ShineClientError('CLOSED', 0, `could not connect to ${url} (close ${code})`)));
+    });
+    return client;
+  }
+
+  /** The logged-in session, or null before login(). */
+  get session(): (OpResults['AuthLogin'] & { serverLogin: string }) | null {
+    return this.sessionInfo;
+  }
+
+  /** Sends any op and resolves with its answer payload; rejects with ShineClientError. */
+  call(op: string, payload: object = {}): Promise<unknown> {
+    if (this.isClosed) return Promise.reject(new ShineClientError('CLOSED', 0, 'connection is closed', op));
+    const requestId = String(++this.seq);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(requestId);
+        reject(new ShineClientError('TIMEOUT', 0, `${op} got no answer in ${this.timeoutMs} ms`, op));
+      }, this.timeoutMs);
+      this.pending.set(requestId, { op, resolve, reject, timer });
+      try {
+        this.ws.send(JSON.stringify({ op, requestId, payload }));
+      } catch (err) {
+        clearTimeout(timer);
+        this.pending.delete(requestId);
+        reject(new ShineClientError('CLOSED', 0, `could not send ${op}: ${String(err)}`, op));
+      }
+    });
+  }
+
+  /** Typed call of an op of the SPEC. */
+  request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpResults[K]> {
+    return this.call(op, payload) as Promise<OpResults[K]>;
+  }
+
+  /** Subscribes to events of one op (DirectMessage, DmDeliveryStateChanged, …); returns the unsubscribe. */
+  on<K extends string>(op: K, fn: (payload: EventPayload<K>) => void): () => void {
+    let set = this.listeners.get(op);
+    if (!set) this.listeners.set(op, (set = new Set()));
+    const listener = fn as Listener;
+    set.add(listener);
+    return () => void set.delete(listener);
+  }
+
+  private onFrame(data: unknown): void {
+    if (typeof data !== 'string') return;
+    let frame: { op?: unknown; requestId?: unknown; event?: unknown; ok?: unknown; status?: unknown; payload?: unknown; error?: { code?: string; message?: string } };
+    try {
+      frame = JSON.parse(data) as typeof frame;
+    } catch {
+      return;
+    }
+    if (frame.event === true && typeof frame.op === 'string') {
+      for (const fn of [...(this.listeners.get(frame.op) ?? [])]) {
+        try {
+          (fn as (p: unknown) => void)(frame.payload);
+        } catch (err) {
+          // A throwing listener must not starve the others or the answers behind it.
+          queueMicrotask(() => {
+            throw err;
+          });
+        }
+      }
+      return;
+    }
+    const p = typeof frame.requestId === 'string' ? this.pending.get(frame.requestId) : undefined;
+    if (!p) return;
+    this.pending.delete(frame.requestId as string);
+    clearTimeout(p.timer);
+    if (frame.ok === true) p.resolve(frame.payload);
+    else {
+      const status = typeof frame.status === 'number' ? frame.status : 500;
+      p.reject(new ShineClientError((frame.error?.code ?? 'INTERNAL') as ErrorCode, status, frame.error?.message ?? 'request failed', p.op));
+    }
+  }
+
+  /** Registers (or updates) a signed profile on this server. */
+  async register(profile: UserProfile): Promise<UserProfile> {
+    const res = await this.request('RegisterUser', { profile });
+    this.profiles.set(profile.login, Promise.resolve(res.profile));
+    return res.profile;
+  }
+
+  /** Authenticates this socket as identity's user on device deviceId (AuthChallenge, then AuthLogin). */
+  async login(identity: Identity, deviceId: string): Promise<OpResults['AuthLogin']> {
+    const challenge = await this.request('AuthChallenge', {});
+    const text = authSigningText({ server: challenge.serverLogin, challengeB64: challenge.challengeB64, login: identity.login, deviceId });
+    const res = await this.request('AuthLogin', { login: identity.login, deviceId, signatureB64: signText(text, identity.signSeed) });
+    this.identity = identity;
+    this.sessionInfo = { ...res, serverLogin: challenge.serverLogin };
+    return res;
+  }
+
+  /**
+   * A user's profile, verified and cached for the connection. The server vouches for which profile is
+   * current; the client checks its self-signature and refuses a later one with another signing key.
+   */
+  getProfile(login: string, options: { refresh?: boolean } = {}): Promise<UserProfile> {
+    const cached = this.profiles.get(login);
+    if (cached && !options.refresh) return cached;
+    const fetched = this.request('GetUserProfile', { login }).then(async ({ profile }) => {
+      if (profile.login !== login || !verifyProfile(profile)) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} does not verify`);
+      const known = cached && (await cached.catch(() => null));
+      if (known && known.signKeyB64 !== profile.signKeyB64) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} changed its signing key`);
+      return profile;
+    });
+    this.profiles.set(login, fetched);
+    fetched.catch(() => this.profiles.get(login) === fetched && this.profiles.delete(login));
+    return fetched;
+  }
+
+  private me(): Identity {
+    if (!this.identity) throw new ShineClientError('NOT_LOGGED_IN', 0, 'login() first');
+    return this.identity;
+  }
+
+  private async recipient(login: string): Promise<{ login: string; encKey: Uint8Array }> {
+    const encKey = fromBase64((await this.getProfile(login)).encKeyB64);
+    if (!encKey) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} has no usable encKey`);
+    return { login, encKey };
+  }
+
+  private async sendPair(op: 'SendMessagePair' | 'DeleteMessage' | 'DeleteConversation', pair: BuiltPair): Promise<SentPair> {
+    const answer = await this.request(op, { incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64 });
+    const { fromLogin, toLogin, timeMs, nonce, revisionTimeMs } = pair.outgoing;
+    return { ...answer, fromLogin, toLogin, timeMs, nonce, revisionTimeMs };
+  }
+
+  /** Sends an end-to-end encrypted text to a user. */
+  async sendText(to: string, text: string): Promise<SentPair> {
+    return this.sendPair('SendMessagePair', textPair(this.me(), await this.recipient(to), text, { timeMs: this.now() }));
+  }
+
+  /** Replaces the text of a message this user sent to `to`; the messageKey stays, the revision rises. */
+  async editText(to: string, original: Pick<MessageRef, 'timeMs' | 'nonce'>, newText: string): Promise<SentPair> {
+    // Two edits in one millisecond would carry the same revision and the second would change nothing.
+    this.lastEditMs = Math.max(this.now(), this.lastEditMs + 1);
+    return this.sendPair('SendMessagePair', editTextPair(this.me(), await this.recipient(to), original, newText, this.lastEditMs));
+  }
+
+  /** Sends a read receipt for a message the peer sent to this user. */
+  markRead(message: MessageRef, readAtMs: number = this.now()): Promise<SentPair> {
+    return this.sendPair('SendMessagePair', receiptPair(this.me(), message, readAtMs, { timeMs: this.now() }));
+  }
+
+  /** Deletes one message of a dialog (sent by either side) for both sides. */
+  deleteMessage(target: MessageRef): Promise<SentPair> {
+    return this.sendPair('DeleteMessage', deleteMessagePair(this.me(), target, { timeMs: this.now() }));
+  }
+
+  /** Deletes every message of the dialog with peer up to beforeMs (inclusive), for both sides. */
+  deleteConversation(peer: string, beforeMs: number): Promise<SentPair> {
+    return this.sendPair('DeleteConversation', deleteConversationPair(this.me(), peer, beforeMs, { timeMs: this.now() }));
+  }
+
+  /** Verifies a container this user owns (signature by its fromLogin) and decrypts it when it is text. */
+  async open(blob: string | Uint8Array): Promise<OpenedMessage> {
+    const me = this.me();
+    const bytes = typeof blob === 'string' ? fromBase64(blob) : blob;
+    if (!bytes) throw new ShineClientError('BAD_BLOB', 0, 'blob is not base64');
+    let c: Container;
+    try {
+      c = decodeContainer(bytes);
+    } catch (err) {
+      if (err instanceof ContainerError) throw new ShineClientError('BAD_BLOB', 0, `bad container: ${err.message}`);
+      throw err;
+    }
+    if (ownerOf(c) !== me.login) throw new ShineClientError('NOT_OWNER', 0, `copy ${messageKeyOf(c)} belongs to ${ownerOf(c)}`);
+    const signKey = c.fromLogin === me.login ? me.signPublicKey : fromBase64((await this.getProfile(c.fromLogin)).signKeyB64);
+    if (!signKey || !verifyContainer(c, signKey)) throw new ShineClientError('BAD_SIGNATURE', 0, `${messageKeyOf(c)} is not signed by ${c.fromLogin}`);
+    return { container: c, messageKey: messageKeyOf(c), baseKey: baseKeyOf(c), ...contentOf(c, me.encSecretKey) };
+  }
+
+  /** Opens the copy a DirectMessage event carries, checking it is the copy the event names. */
+  async decryptEvent(event: DirectMessageEvent): Promise<OpenedMessage> {
+    const opened = await this.open(event.blobB64);
+    if (opened.messageKey !== event.messageKey) throw new ShineClientError('BAD_BLOB', 0, `event names ${event.messageKey} but carries ${opened.messageKey}`);
+    return opened;
+  }
+
+  /** One page of the dialog with peer, newest first, texts decrypted. */
+  async history(peer: string, options: { before?: { timeMs: number; messageKey: string }; limit?: number } = {}): Promise<HistoryPage> {
+    const page = await this.request('GetDirectMessages', {
+      peerLogin: peer,
+      beforeTimeMs: options.before?.timeMs ?? 0,
+      beforeMessageKey: options.before?.messageKey ?? '',
+      ...(options.limit === undefined ? {} : { limit: options.limit }),
+    });
+    const items = await Promise.all(
+      page.items.map(async (item): Promise<HistoryEntry> => {
+        try {
+          const opened = await this.open(item.blobB64);
+          return { ...item, text: opened.kind === 'text' ? opened.text : null, problem: null };
+        } catch (err) {
+          return { ...item, text: null, problem: err instanceof Error ? err.message : String(err) };
+        }
+      }),
+    );
+    return {
+      items,
+      hasMore: page.hasMore,
+      next: page.hasMore ? { timeMs: page.nextBeforeTimeMs, messageKey: page.nextBeforeMessageKey } : null,
+    };
+  }
+
+  /** The user's dialogs, newest first. */
+  async conversations(limit?: number): Promise<OpResults['GetConversations']['items']> {
+    return (await this.request('GetConversations', limit === undefined ? {} : { limit })).items;
+  }
+
+  /** Tells the server this device has these events, so they are not replayed. */
+  async ack(messageKeys: string[]): Promise<number> {
+    return (await this.request('AckSessionDelivery', { messageKeys })).acked;
+  }
+
+  /** Stores a setting encrypted to the user's own key; null deletes it. */
+  setSetting(key: string, value: Uint8Array | null, updatedAtMs: number = this.now()): Promise<OpResults['SetUserSetting']> {
+    const me = this.me();
+    const valueB64 = value === null ? '' : toBase64(encryptBody(value, me.encPublicKey, settingAad(me.login, key)));
+    return this.request('SetUserSetting', { key, valueB64, updatedAtMs });
+  }
+
+  /** Reads and decrypts settings (all, or the given keys); deleted ones are absent. */
+  async getSettings(keys?: string[]): Promise<Setting[]> {
+    const me = this.me();
+    const { items } = await this.request('GetUserSettings', keys === undefined ? {} : { keys });
+    return items.map((item) => {
+      const raw = fromBase64(item.valueB64);
+      if (!raw) throw new ShineClientError('BAD_BLOB', 0, `setting ${item.key} is not base64`);
+      return { key: item.key, value: decryptBody(raw, me.encSecretKey, settingAad(me.login, item.key)), updatedAtMs: item.updatedAtMs };
+    });
+  }
+
+  /** Closes the socket and waits until it is closed. */
+  async close(): Promise<void> {
+    if (!this.isClosed) this.ws.close(1000, 'bye');
+    await this.closed;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

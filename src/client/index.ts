@@ -1,0 +1,8 @@
+/** The SHiNE client SDK: identities, E2E bodies, pair builders and the WebSocket client. */
+export * from './identity.js';
+export * from './e2e.js';
+export * from './pairs.js';
+export * from './client.js';
+export type { UserProfile, ServerDescriptor } from '../protocol/identity.js';
+export type { Container, MessageType } from '../protocol/container.js';
+export type { DirectMessageEvent, DeliveryStateChangedEvent, DeliveryState, HistoryItem, OpName, OpResults, PairAnswer } from '../protocol/ops.js';

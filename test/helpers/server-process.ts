@@ -1,0 +1,102 @@
+/** Starts `shine serve` as a separate process on a loopback port (fault tests kill it; benchmarks measure it). */
+import type { ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface ServerProcess {
+  readonly pid: number;
+  readonly port: number;
+  readonly dataDir: string;
+  readonly httpUrl: string;
+  readonly wsUrl: string;
+  /** CPU time (user + system) the process has used so far. */
+  cpuMs(): number;
+  /** Peak resident memory (VmHWM). */
+  peakRssKiB(): number;
+  /** Kills the process with the signal and waits for it to exit (SIGKILL in fault tests). */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Starts it again on the same port and data folder. */
+  restart(): Promise<void>;
+  /** Stops it and removes its data folder. */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ServerProcessOptions {
+  env?: Record<string, string>;
+  port?: number;
+  /** Where stderr goes; inherited by default. */
+  stderr?: 'inherit' | 'ignore';
+}
+
+export async function startServerProcess(opts: ServerProcessOptions = {}): Promise<ServerProcess> {
+  const port = opts.port ?? (await freePort());
+  const dataDir = mkdtempSync(join(tmpdir(), 'shine-proc-'));
+  const httpUrl = `http://127.0.0.1:${port}`;
+  let child: ChildProcess;
+
+  const launch = async (): Promise<void> => {
+    child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
+      env: { ...process.env, SHINE_HOST: '127.0.0.1', SHINE_PORT: String(port), SHINE_DATA_DIR: dataDir, ...opts.env },
+      stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
+    });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
+      try {
+        if ((await fetch(`${httpUrl}/healthz`)).ok) return;
+      } catch {
+        // not listening yet
+      }
+      if (Date.now() > deadline) throw new Error('server did not start');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  const kill = async (signal: NodeJS.Signals = 'SIGTERM'): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill(signal);
+    await exited;
+  };
+  const close = async (): Promise<void> => {
+    await kill('SIGTERM');
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  await launch();
+  return {
+    get pid() {
+      return child.pid!;
+    },
+    port,
+    dataDir,
+    httpUrl,
+    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    cpuMs() {
+      const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 per second here).
+      return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+    },
+    peakRssKiB() {
+      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+      return m ? Number(m[1]) : 0;
+    },
+    kill,
+    restart: launch,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
