@@ -146,6 +146,28 @@ export interface DeliveryUpdate {
   lastError: string | null;
 }
 
+/** One page of a sync protocol (SPEC §7), after the acks of the previous page were applied. */
+export interface SyncPageQuery {
+  owner: string;
+  ackSyncIds: readonly string[];
+  afterStoredAtMs: number;
+  afterKey: string;
+  limit: number;
+  maxBytes: number;
+}
+
+export interface DmSyncRow {
+  syncId: string;
+  primaryMessageKey: string;
+  storedAtMs: number;
+  blobs: Uint8Array[];
+}
+
+export interface SyncPage<T> {
+  items: T[];
+  hasMore: boolean;
+}
+
 export interface Store {
   /** Creates or migrates the schema. Idempotent. */
   migrate(): Promise<void>;
@@ -186,6 +208,20 @@ export interface Store {
   /** Makes accepted rows whose recipient uses serverLogin due now; returns how many. */
   wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
+
+  // ---- replication (SPEC §7) ----
+  /** Applies acks (only where the syncId is still the row's current one), then returns unsynced DM outbox rows. */
+  dmSyncPage(q: SyncPageQuery): Promise<SyncPage<DmSyncRow>>;
+  /** The same over user_settings; afterKey is a setting key. */
+  settingsSyncPage(q: SyncPageQuery): Promise<SyncPage<SettingRow & { syncId: string }>>;
+  /** Marks settings and DM outbox rows of owner (or of everyone) unsynced. */
+  markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }>;
+  /** Servers that share at least one user with serverLogin. */
+  peerServersOf(serverLogin: string): Promise<string[]>;
+  /** Logins whose current access servers include both servers. */
+  sharedUsers(serverA: string, serverB: string): Promise<string[]>;
+  /** Outbox rows of owner by synced flag, for /debug/outbox. */
+  outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }>;
 
   // ---- server sessions (SPEC §5.1) ----
   /** Records a ServerAuth nonce; false when (serverLogin, nonce) was seen after sinceMs. Prunes older ones. */

@@ -6,6 +6,7 @@ import {
   baseKeyOf,
   compareRevision,
   deleteTargetBaseKey,
+  parseSyncId,
   messageKeyOf,
   ownerOf,
   parseDeleteConversationBody,
@@ -16,18 +17,21 @@ import {
 } from '../../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../../protocol/identity.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
-import { packBlobs } from '../blobs.js';
+import { packBlobs, unpackBlobs } from '../blobs.js';
 import type {
   ConversationRow,
   CopyResult,
   DeliveryRow,
   DeliveryUpdate,
+  DmSyncRow,
   HistoryQuery,
   ProfileSource,
   ServerRecord,
   SetSettingInput,
   SettingRow,
   Store,
+  SyncPage,
+  SyncPageQuery,
   StoreCopyInput,
   StoredCopy,
   StorePairInput,
@@ -434,6 +438,103 @@ export class SqliteStore implements Store {
     return out;
   }
 
+  // ---- replication ----
+
+  dmSyncPage(q: SyncPageQuery): Promise<SyncPage<DmSyncRow>> {
+    return this.db.write(() => {
+      for (const syncId of q.ackSyncIds) {
+        const parsed = parseSyncId(syncId);
+        if (!parsed) continue;
+        // A row that moved on to a newer revision keeps synced = 0: only its current syncId acks it.
+        this.sql('UPDATE dm_sync_outbox SET synced = 1 WHERE owner_login = ? AND primary_message_key = ? AND sync_id = ?').run(
+          q.owner,
+          parsed.primaryMessageKey,
+          syncId,
+        );
+      }
+      const rows = this.sql(
+        `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox INDEXED BY dm_sync_outbox_unsynced
+         WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, primary_message_key) > (?, ?)
+         ORDER BY stored_at_ms, primary_message_key LIMIT ?`,
+      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as { primary_message_key: string; sync_id: string; stored_at_ms: number; blobs: Buffer }[];
+      const page = takeWithinBytes(rows, q.limit, q.maxBytes, (r) => unpackBlobs(r.blobs).reduce((n, b) => n + b.length, 0));
+      return {
+        items: page.items.map((r) => ({
+          syncId: r.sync_id,
+          primaryMessageKey: r.primary_message_key,
+          storedAtMs: r.stored_at_ms,
+          blobs: unpackBlobs(new Uint8Array(r.blobs)),
+        })),
+        hasMore: page.hasMore,
+      };
+    });
+  }
+
+  settingsSyncPage(q: SyncPageQuery): Promise<SyncPage<SettingRow & { syncId: string }>> {
+    return this.db.write(() => {
+      for (const syncId of q.ackSyncIds) {
+        const cut = syncId.lastIndexOf(':');
+        if (cut <= 0) continue;
+        this.sql('UPDATE user_settings SET synced = 1 WHERE owner_login = ? AND key = ? AND sync_id = ?').run(q.owner, syncId.slice(0, cut), syncId);
+      }
+      const rows = this.sql(
+        `SELECT key, value, updated_at_ms, stored_at_ms, sync_id FROM user_settings INDEXED BY user_settings_unsynced
+         WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, key) > (?, ?)
+         ORDER BY stored_at_ms, key LIMIT ?`,
+      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as { key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number; sync_id: string }[];
+      const page = takeWithinBytes(rows, q.limit, q.maxBytes, (r) => r.value.length + r.key.length);
+      return {
+        items: page.items.map((r) => ({
+          key: r.key,
+          value: new Uint8Array(r.value),
+          updatedAtMs: r.updated_at_ms,
+          storedAtMs: r.stored_at_ms,
+          syncId: r.sync_id,
+        })),
+        hasMore: page.hasMore,
+      };
+    });
+  }
+
+  markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }> {
+    return this.db.write(() => {
+      if (owner === null) {
+        return {
+          updated: this.sql('UPDATE user_settings SET synced = 0 WHERE synced = 1').run().changes,
+          dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE synced = 1').run().changes,
+        };
+      }
+      return {
+        updated: this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner).changes,
+        dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner).changes,
+      };
+    });
+  }
+
+  async peerServersOf(serverLogin: string): Promise<string[]> {
+    const rows = this.sql(
+      `SELECT DISTINCT b.server_login FROM user_access_servers_current a JOIN user_access_servers_current b ON b.login = a.login
+       WHERE a.server_login = ? AND b.server_login <> a.server_login ORDER BY b.server_login`,
+    ).all(serverLogin) as { server_login: string }[];
+    return rows.map((r) => r.server_login);
+  }
+
+  async sharedUsers(serverA: string, serverB: string): Promise<string[]> {
+    const rows = this.sql(
+      `SELECT a.login FROM user_access_servers_current a JOIN user_access_servers_current b ON b.login = a.login
+       WHERE a.server_login = ? AND b.server_login = ? ORDER BY a.login`,
+    ).all(serverA, serverB) as { login: string }[];
+    return rows.map((r) => r.login);
+  }
+
+  async outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }> {
+    const r = this.sql('SELECT SUM(synced = 1) AS s, SUM(synced = 0) AS u FROM dm_sync_outbox WHERE owner_login = ?').get(owner) as {
+      s: number | null;
+      u: number | null;
+    };
+    return { synced: r.s ?? 0, unsynced: r.u ?? 0 };
+  }
+
   rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean> {
     return this.db.write(() => {
       this.sql('DELETE FROM s2s_nonces WHERE seen_at_ms < ?').run(sinceMs);
@@ -551,6 +652,23 @@ export class SqliteStore implements Store {
       .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
       .map((r) => ({ key: r.key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms }));
   }
+}
+
+/**
+ * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
+ * rows holds up to limit + 1 rows so that hasMore needs no second query.
+ */
+function takeWithinBytes<T>(rows: T[], limit: number, maxBytes: number, size: (row: T) => number): { items: T[]; hasMore: boolean } {
+  const items: T[] = [];
+  let bytes = 0;
+  for (const row of rows) {
+    if (items.length === limit) break;
+    const n = size(row);
+    if (items.length > 0 && bytes + n > maxBytes) break;
+    items.push(row);
+    bytes += n;
+  }
+  return { items, hasMore: rows.length > items.length };
 }
 
 interface DeliveryDbRow {

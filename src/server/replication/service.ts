@@ -1,0 +1,293 @@
+/**
+ * Replication between a user's two access servers (SPEC §7): the server side of DmSyncBatch,
+ * UserSettingsSyncBatch and MarkAllUserSettingsUnsynced, and the puller that runs a cycle at start-up,
+ * every syncIntervalMs and on demand.
+ */
+import { fromBase64, toBase64 } from '../../protocol/bytes.js';
+import type { Container } from '../../protocol/container.js';
+import { messageKeyOf, pairProblem } from '../../protocol/container.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { DeliveryStatusItem } from '../../protocol/ops.js';
+import type { Clock, TimerHandle } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { PeerCaller } from '../delivery/engine.js';
+import type { Directory } from '../directory/service.js';
+import type { DmService } from '../dm/service.js';
+import { decodeBlob } from '../dm/service.js';
+import type { FederationService } from '../federation/service.js';
+import type { Logger } from '../log.js';
+import type { Counter, Metrics } from '../metrics.js';
+import type { Session } from '../sessions.js';
+import type { StorePairInput, Store } from '../store/types.js';
+
+export interface ReplicationDeps {
+  config: Config;
+  clock: Clock;
+  store: Store;
+  directory: Directory;
+  dm: DmService;
+  federation: FederationService;
+  peers: PeerCaller;
+  log: Logger;
+  metrics: Metrics;
+}
+
+export interface SyncBatchPayload {
+  ownerLogin?: string | undefined;
+  afterStoredAtMs?: number | undefined;
+  afterMessageKey?: string | undefined;
+  afterKey?: string | undefined;
+  limit?: number | undefined;
+  maxBytes?: number | undefined;
+  ackSyncIds?: string[] | undefined;
+  sourceServerLogin?: string | undefined;
+}
+
+interface DmSyncAnswer {
+  ownerLogin: string;
+  items: { syncId: string; primaryMessageKey: string; storedAtMs: number; blobsB64: string[] }[];
+  hasMore: boolean;
+  nextStoredAtMs: number;
+  nextMessageKey: string;
+}
+
+interface SettingsSyncAnswer {
+  ownerLogin: string;
+  items: { syncId: string; key: string; valueB64: string; updatedAtMs: number; storedAtMs: number }[];
+  hasMore: boolean;
+  nextStoredAtMs: number;
+  nextKey: string;
+}
+
+export interface CycleSummary {
+  peers: number;
+  users: number;
+  dmRows: number;
+  settingsRows: number;
+  errors: number;
+  durationMs: number;
+}
+
+const PAGE_LIMIT = 500;
+const DEFAULT_MAX_BYTES = 3_000_000;
+const HOUR = 3_600_000;
+
+export class ReplicationService {
+  private timer: TimerHandle | null = null;
+  private running: Promise<CycleSummary> | null = null;
+  private closed = false;
+  private readonly pulled: Counter;
+  private readonly syncErrors: Counter;
+  /** The last finished cycle, for logs and /metrics. */
+  lastCycle: (CycleSummary & { finishedAtMs: number }) | null = null;
+
+  constructor(private readonly deps: ReplicationDeps) {
+    this.pulled = deps.metrics.counter('sync_rows_pulled_total', 'Rows stored by catch-up sync, by kind');
+    this.syncErrors = deps.metrics.counter('sync_errors_total', 'Failed sync exchanges with a peer server');
+  }
+
+  // ---- server side ----
+
+  /** Checks common to the sync ops: the caller is the owner's other access server (SPEC §7). */
+  private async checkPeer(p: SyncBatchPayload, session: Session): Promise<string> {
+    const source = this.deps.federation.sourceOf(session, p.sourceServerLogin);
+    const owner = p.ownerLogin ?? '';
+    if (owner === '') throw new ShineError('EMPTY_OWNER_LOGIN', 'ownerLogin is required');
+    const { config, directory } = this.deps;
+    const entry = await directory.lookup(owner);
+    if (!entry || !entry.accessServers.includes(config.serverLogin)) {
+      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${owner}`);
+    }
+    if (!source || source === config.serverLogin || !entry.accessServers.includes(source)) {
+      throw new ShineError('NOT_PEER', `the caller is not the other access server of ${owner}`);
+    }
+    return owner;
+  }
+
+  async dmSyncBatch(p: SyncBatchPayload, session: Session): Promise<DmSyncAnswer> {
+    const owner = await this.checkPeer(p, session);
+    const page = await this.deps.store.dmSyncPage({
+      owner,
+      ackSyncIds: p.ackSyncIds ?? [],
+      afterStoredAtMs: p.afterStoredAtMs ?? 0,
+      afterKey: p.afterMessageKey ?? '',
+      limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
+      maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
+    });
+    const last = page.items.at(-1);
+    return {
+      ownerLogin: owner,
+      items: page.items.map((r) => ({ syncId: r.syncId, primaryMessageKey: r.primaryMessageKey, storedAtMs: r.storedAtMs, blobsB64: r.blobs.map(toBase64) })),
+      hasMore: page.hasMore,
+      nextStoredAtMs: last?.storedAtMs ?? p.afterStoredAtMs ?? 0,
+      nextMessageKey: last?.primaryMessageKey ?? p.afterMessageKey ?? '',
+    };
+  }
+
+  async settingsSyncBatch(p: SyncBatchPayload, session: Session): Promise<SettingsSyncAnswer> {
+    const owner = await this.checkPeer(p, session);
+    const page = await this.deps.store.settingsSyncPage({
+      owner,
+      ackSyncIds: p.ackSyncIds ?? [],
+      afterStoredAtMs: p.afterStoredAtMs ?? 0,
+      afterKey: p.afterKey ?? '',
+      limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
+      maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
+    });
+    const last = page.items.at(-1);
+    return {
+      ownerLogin: owner,
+      items: page.items.map((r) => ({ syncId: r.syncId, key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs, storedAtMs: r.storedAtMs })),
+      hasMore: page.hasMore,
+      nextStoredAtMs: last?.storedAtMs ?? p.afterStoredAtMs ?? 0,
+      nextKey: last?.key ?? p.afterKey ?? '',
+    };
+  }
+
+  /** MarkAllUserSettingsUnsynced from the owner's other access server (admins use markUnsynced directly). */
+  async markUnsyncedOp(p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined }, session: Session): Promise<{ updated: number; dmUpdated: number }> {
+    if (!p.ownerLogin) throw new ShineError('FORBIDDEN', 'only an admin may mark every owner unsynced');
+    const owner = await this.checkPeer(p, session);
+    return this.deps.store.markUnsynced(owner);
+  }
+
+  // ---- puller ----
+
+  /** Runs a cycle now and then every syncIntervalMs. */
+  start(): void {
+    const tick = (): void => {
+      if (this.closed) return;
+      this.runCycle().catch((err: unknown) => this.deps.log.error('sync cycle failed', { err: String(err) }));
+      this.timer = this.deps.clock.setTimer(this.deps.config.syncIntervalMs, tick);
+    };
+    tick();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.timer?.cancel();
+    await this.running?.catch(() => undefined);
+  }
+
+  /** One replication cycle; a call while one runs joins it. */
+  runCycle(): Promise<CycleSummary> {
+    this.running ??= this.cycle().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  private async cycle(): Promise<CycleSummary> {
+    const { store, config, clock, log } = this.deps;
+    const started = clock.now();
+    const summary: CycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
+    if (config.serverLogin === 'local') return summary;
+    for (const peer of await store.peerServersOf(config.serverLogin)) {
+      summary.peers++;
+      for (const owner of await store.sharedUsers(config.serverLogin, peer)) {
+        if (this.closed) break;
+        summary.users++;
+        try {
+          summary.settingsRows += await this.pullSettings(peer, owner);
+          summary.dmRows += await this.pullDm(peer, owner);
+        } catch (err) {
+          summary.errors++;
+          this.syncErrors.inc({ peer });
+          log.warn('sync with peer failed', { peer, owner, err: String(err) });
+          if (err instanceof Error && err.name === 'PeerUnavailableError') break; // the next owners would fail alike
+        }
+      }
+    }
+    summary.durationMs = clock.now() - started;
+    this.lastCycle = { ...summary, finishedAtMs: clock.now() };
+    log.info('sync cycle done', { ...summary });
+    return summary;
+  }
+
+  private async pullSettings(peer: string, owner: string): Promise<number> {
+    let after = { storedAtMs: 0, key: '' };
+    let acks: string[] = [];
+    let total = 0;
+    for (;;) {
+      const page = await this.deps.peers.call<SettingsSyncAnswer>(peer, 'UserSettingsSyncBatch', {
+        ownerLogin: owner,
+        afterStoredAtMs: after.storedAtMs,
+        afterKey: after.key,
+        limit: PAGE_LIMIT,
+        ackSyncIds: acks,
+      });
+      if (page.items.length === 0) return total;
+      for (const item of page.items) {
+        const value = fromBase64(item.valueB64);
+        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
+        await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
+      }
+      total += page.items.length;
+      this.pulled.inc({ kind: 'settings' }, page.items.length);
+      acks = page.items.map((i) => i.syncId);
+      after = { storedAtMs: page.nextStoredAtMs, key: page.nextKey };
+    }
+  }
+
+  private async pullDm(peer: string, owner: string): Promise<number> {
+    let after = { storedAtMs: 0, key: '' };
+    let acks: string[] = [];
+    let total = 0;
+    for (;;) {
+      const page = await this.deps.peers.call<DmSyncAnswer>(peer, 'DmSyncBatch', {
+        ownerLogin: owner,
+        afterStoredAtMs: after.storedAtMs,
+        afterMessageKey: after.key,
+        limit: PAGE_LIMIT,
+        ackSyncIds: acks,
+      });
+      if (page.items.length === 0) return total;
+      await this.storePage(peer, owner, page.items);
+      total += page.items.length;
+      this.pulled.inc({ kind: 'dm' }, page.items.length);
+      acks = page.items.map((i) => i.syncId);
+      after = { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey };
+    }
+  }
+
+  /** Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows per SPEC §6.8. */
+  private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<void> {
+    const { dm, store, clock, config } = this.deps;
+    const decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
+    for (const item of items) {
+      const copies = item.blobsB64.map((b) => decodeBlob(b));
+      if (copies.length < 1 || copies.length > 2) throw new Error(`sync row ${item.primaryMessageKey} has ${copies.length} blobs`);
+      if (copies.length === 2 && pairProblem(copies[0]!, copies[1]!)) throw new Error(`sync row ${item.primaryMessageKey} is not a pair`);
+      await dm.checkSigned(...copies);
+      decoded.push({ item, copies });
+    }
+    const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));
+    const remote = new Map<string, DeliveryStatusItem>();
+    if (pairKeys.length > 0) {
+      try {
+        const answer = await this.deps.peers.call<{ items: DeliveryStatusItem[] }>(peer, 'GetDmDeliveryStatus', { messageKeys: pairKeys });
+        for (const s of answer.items) remote.set(s.messageKey, s);
+      } catch (err) {
+        this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
+      }
+    }
+    const now = clock.now();
+    const outbox = { localOwners: new Set([owner]), synced: true };
+    for (const { item, copies } of decoded) {
+      if (copies.length === 1) {
+        await store.storeCopy({ copy: copies[0]!, nowMs: now, outbox, silent: true });
+        continue;
+      }
+      const [incoming, outgoing] = copies as [Container, Container];
+      const status = remote.get(messageKeyOf(outgoing));
+      // Old history is never re-sent: past the hour from the source's storedAtMs it is failed unless delivered there.
+      let delivery: StorePairInput['delivery'];
+      if (status?.delivered) delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
+      else if (now >= item.storedAtMs + (config.retryScheduleMs.at(-1) ?? HOUR)) delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
+      else delivery = { state: 'accepted', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: item.storedAtMs };
+      await store.storePair({ incoming, outgoing, nowMs: now, outbox, delivery, silent: true });
+    }
+  }
+}
+
+const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));

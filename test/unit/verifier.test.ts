@@ -1,0 +1,151 @@
+/** The three Ed25519 verifiers (noble, sodium-native, node:crypto) give the same answers. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ed25519 } from '@noble/curves/ed25519.js';
+import fc from 'fast-check';
+import { fromHex, utf8 } from '../../src/protocol/bytes.js';
+import { decodeContainer, verifyContainer } from '../../src/protocol/container.js';
+import type { SignatureVerifier } from '../../src/protocol/ed25519.js';
+import { ed25519PublicKey, nobleVerifier, signEd25519 } from '../../src/protocol/ed25519.js';
+import { nodeCryptoVerifier, sodiumVerifier } from '../../src/server/crypto/verifier.js';
+
+const VECTOR = fromHex(`
+5348694e455f444d010105616c69636503626f620000019d345cf37b075bcd150000000000000000000000000000
+000000000012636970686572746578742d666f722d626f620ce048e4036c10969647bb2e27c736c51d73dc2a829f
+f55a6139d0121eb6b61c6f0e9e5dba942219d30e8e36f5aca7d52256664b8517d590647e88197cdef70e`);
+const vectorSeed = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+const vectorKey = ed25519PublicKey(vectorSeed);
+
+const verifiers: [string, SignatureVerifier][] = [
+  ['noble', nobleVerifier],
+  ['sodium', sodiumVerifier],
+  ['node', nodeCryptoVerifier],
+];
+
+/** Every verifier's answer; asserts they agree and that none throws. */
+function verdict(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean {
+  const answers = verifiers.map(([name, v]) => [name, v.verify(signature, message, publicKey)] as const);
+  for (const [name, answer] of answers) assert.equal(typeof answer, 'boolean', name);
+  assert.ok(
+    answers.every(([, a]) => a === answers[0]![1]),
+    `verifiers disagree: ${answers.map(([n, a]) => `${n}=${String(a)}`).join(' ')}`,
+  );
+  return answers[0]![1];
+}
+
+describe('Ed25519 verifiers agree', () => {
+  it('on the SPEC vector container, and on it changed', () => {
+    const c = decodeContainer(VECTOR);
+    for (const [name, v] of verifiers) assert.ok(verifyContainer(c, vectorKey, v), name);
+    const signed = VECTOR.subarray(0, c.signedLength);
+    assert.equal(verdict(c.signature, signed, vectorKey), true);
+    const otherKey = ed25519PublicKey(new Uint8Array(32).fill(9));
+    assert.equal(verdict(c.signature, signed, otherKey), false);
+    for (const at of [0, 20, 69]) {
+      const m = signed.slice();
+      m[at]! ^= 1;
+      assert.equal(verdict(c.signature, m, vectorKey), false);
+    }
+    for (const at of [0, 31, 32, 63]) {
+      const s = c.signature.slice();
+      s[at]! ^= 0x40;
+      assert.equal(verdict(s, signed, vectorKey), false);
+    }
+  });
+
+  it('on random keys and messages: valid, other message, other key, changed signature', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.uint8Array({ maxLength: 300 }),
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.nat(63),
+        fc.integer({ min: 1, max: 255 }),
+        (seed, message, otherSeed, at, xor) => {
+          const publicKey = ed25519PublicKey(seed);
+          const signature = signEd25519(message, seed);
+          assert.equal(verdict(signature, message, publicKey), true);
+          assert.equal(verdict(signature, Uint8Array.from([...message, 0]), publicKey), false);
+          const otherKey = ed25519PublicKey(otherSeed);
+          if (otherKey.some((b, i) => b !== publicKey[i])) assert.equal(verdict(signature, message, otherKey), false);
+          const changed = signature.slice();
+          changed[at]! ^= xor;
+          assert.equal(verdict(changed, message, publicKey), false);
+        },
+      ),
+      { numRuns: 100 },
+    );
+  });
+
+  it('on garbage keys and signatures: false from each, never a throw', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 64, maxLength: 64 }), fc.uint8Array({ maxLength: 40 }), fc.uint8Array({ minLength: 32, maxLength: 32 }), (sig, msg, key) => {
+        assert.equal(verdict(sig, msg, key), false);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('on wrong lengths: false from each, never a throw', () => {
+    const message = utf8('hello');
+    const signature = signEd25519(message, vectorSeed);
+    const longer = (b: Uint8Array) => Uint8Array.from([...b, 0]);
+    assert.equal(verdict(signature, message, vectorKey), true);
+    assert.equal(verdict(signature.subarray(0, 63), message, vectorKey), false);
+    assert.equal(verdict(longer(signature), message, vectorKey), false); // sodium-native alone would read 64 of 65
+    assert.equal(verdict(new Uint8Array(0), message, vectorKey), false);
+    assert.equal(verdict(signature, message, vectorKey.subarray(0, 31)), false);
+    assert.equal(verdict(signature, message, longer(vectorKey)), false);
+    assert.equal(verdict(signature, message, new Uint8Array(0)), false);
+  });
+
+  it('on a non-canonical S (S + L): rejected by each', () => {
+    const message = utf8('malleability');
+    const signature = signEd25519(message, vectorSeed);
+    const L = 2n ** 252n + 27742317777372353535851937790883648493n;
+    let s = 0n;
+    for (let i = 31; i >= 0; i--) s = (s << 8n) | BigInt(signature[32 + i]!);
+    s += L;
+    const malleated = signature.slice();
+    for (let i = 0; i < 32; i++, s >>= 8n) malleated[32 + i] = Number(s & 255n);
+    assert.equal(verdict(malleated, message, vectorKey), false);
+  });
+});
+
+describe('sodiumVerifier, the server default', () => {
+  // RFC 8032 leaves small-order keys to the implementation: noble (ZIP 215 rules) and OpenSSL accept
+  // the identity signature under them, libsodium refuses. A server that uses sodium everywhere never
+  // stores a profile or container signed that way.
+  it('refuses small-order public keys, which noble and node:crypto accept', () => {
+    const identityKey = fromHex('01' + '00'.repeat(31));
+    const identitySignature = fromHex('01' + '00'.repeat(63)); // R = identity, S = 0
+    const message = utf8('anything at all');
+    assert.equal(sodiumVerifier.verify(identitySignature, message, identityKey), false);
+    assert.equal(nobleVerifier.verify(identitySignature, message, identityKey), true);
+    assert.equal(nodeCryptoVerifier.verify(identitySignature, message, identityKey), true);
+  });
+});
+
+describe('nodeCryptoVerifier key cache', () => {
+  it('stays correct past its bound (more distinct keys than it keeps)', () => {
+    const message = utf8('cache');
+    const signature = signEd25519(message, vectorSeed);
+    // Valid curve points that are nobody's key: 1100 > the cache bound, cheap to make by point addition.
+    const others: Uint8Array[] = [];
+    for (let p = ed25519.Point.BASE, i = 0; i < 1100; i++, p = p.add(ed25519.Point.BASE)) others.push(p.toBytes());
+    for (let round = 0; round < 2; round++) {
+      assert.equal(nodeCryptoVerifier.verify(signature, message, vectorKey), true);
+      for (const key of others) assert.equal(nodeCryptoVerifier.verify(signature, message, key), false);
+      assert.equal(nodeCryptoVerifier.verify(signature, message, vectorKey), true);
+    }
+  });
+
+  it('reads the key through a view, not the whole underlying buffer', () => {
+    const message = utf8('view');
+    const signature = signEd25519(message, vectorSeed);
+    const backing = new Uint8Array(100).fill(0xaa);
+    backing.set(vectorKey, 40);
+    assert.equal(nodeCryptoVerifier.verify(signature, message, backing.subarray(40, 72)), true);
+    assert.equal(sodiumVerifier.verify(signature, message, backing.subarray(40, 72)), true);
+  });
+});
