@@ -57,6 +57,25 @@ export const opSchemas = {
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
     sourceServerLogin: z.string().max(64).optional(),
   }),
+  DmSyncBatch: z.object({
+    ownerLogin: z.string().max(64).optional(),
+    afterStoredAtMs: ms.optional(),
+    afterMessageKey: z.string().max(256).optional(),
+    limit: z.number().int().optional(),
+    maxBytes: z.number().int().min(1).optional(),
+    ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
+  UserSettingsSyncBatch: z.object({
+    ownerLogin: z.string().max(64).optional(),
+    afterStoredAtMs: ms.optional(),
+    afterKey: z.string().max(128).optional(),
+    limit: z.number().int().optional(),
+    maxBytes: z.number().int().min(1).optional(),
+    ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
+  MarkAllUserSettingsUnsynced: z.object({ ownerLogin: z.string().max(64).optional(), sourceServerLogin: z.string().max(64).optional() }),
 } as const;
 
 export type OpName = keyof typeof opSchemas;
@@ -106,6 +125,21 @@ export interface OpResults {
   ReceiveIncomingMessage: { messageKey: string; baseKey: string; deliveredWsSessions: number; deliveredWebPushSessions: number };
   ReceiveOutcomingMessage: PairAnswer;
   GetDmDeliveryStatus: DeliveryStatusItem | { items: DeliveryStatusItem[] };
+  DmSyncBatch: {
+    ownerLogin: string;
+    items: { syncId: string; primaryMessageKey: string; storedAtMs: number; blobsB64: string[] }[];
+    hasMore: boolean;
+    nextStoredAtMs: number;
+    nextMessageKey: string;
+  };
+  UserSettingsSyncBatch: {
+    ownerLogin: string;
+    items: { syncId: string; key: string; valueB64: string; updatedAtMs: number; storedAtMs: number }[];
+    hasMore: boolean;
+    nextStoredAtMs: number;
+    nextKey: string;
+  };
+  MarkAllUserSettingsUnsynced: { updated: number; dmUpdated: number };
 }
 
 export interface DeliveryStatusItem {

@@ -7,7 +7,7 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DeliveryStatusItem } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpResults } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../delivery/engine.js';
@@ -43,21 +43,8 @@ export interface SyncBatchPayload {
   sourceServerLogin?: string | undefined;
 }
 
-interface DmSyncAnswer {
-  ownerLogin: string;
-  items: { syncId: string; primaryMessageKey: string; storedAtMs: number; blobsB64: string[] }[];
-  hasMore: boolean;
-  nextStoredAtMs: number;
-  nextMessageKey: string;
-}
-
-interface SettingsSyncAnswer {
-  ownerLogin: string;
-  items: { syncId: string; key: string; valueB64: string; updatedAtMs: number; storedAtMs: number }[];
-  hasMore: boolean;
-  nextStoredAtMs: number;
-  nextKey: string;
-}
+type DmSyncAnswer = OpResults['DmSyncBatch'];
+type SettingsSyncAnswer = OpResults['UserSettingsSyncBatch'];
 
 export interface CycleSummary {
   peers: number;

@@ -1,0 +1,71 @@
+/** AuthChallenge and AuthLogin (SPEC §5.1): a user session bound to one login and device. */
+import { randomBytes } from 'node:crypto';
+import { toBase64 } from '../../protocol/bytes.js';
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import { ShineError } from '../../protocol/errors.js';
+import { authSigningText, verifyText } from '../../protocol/identity.js';
+import type { OpResults } from '../../protocol/ops.js';
+import { opSchemas } from '../../protocol/ops.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { Directory } from '../directory/service.js';
+import type { Logger } from '../log.js';
+import type { Session, SessionHub } from '../sessions.js';
+import type { OpGroup } from './registry.js';
+import { op } from './registry.js';
+
+export interface AuthDeps {
+  config: Config;
+  clock: Clock;
+  directory: Directory;
+  hub: SessionHub;
+  verifier: SignatureVerifier;
+  log: Logger;
+  /** Runs after the AuthLogin answer has been sent (replay of the device's events). */
+  onLogin(session: Session): Promise<void>;
+}
+
+const CHALLENGE_BYTES = 32;
+
+export function authOps(deps: AuthDeps): OpGroup {
+  const { config, clock, directory, hub, verifier, log } = deps;
+  return {
+    AuthChallenge: op({
+      auth: 'none',
+      schema: opSchemas.AuthChallenge,
+      async handle(_payload, session): Promise<OpResults['AuthChallenge']> {
+        const challengeB64 = toBase64(randomBytes(CHALLENGE_BYTES));
+        const expiresAtMs = clock.now() + config.authChallengeTtlMs;
+        // Only the latest challenge of a socket is valid: issuing one replaces the previous.
+        session.challenge = { challengeB64, expiresAtMs };
+        return { serverLogin: config.serverLogin, challengeB64, expiresAtMs };
+      },
+    }),
+
+    AuthLogin: op({
+      auth: 'none',
+      schema: opSchemas.AuthLogin,
+      async handle({ login, deviceId, signatureB64 }, session, call): Promise<OpResults['AuthLogin']> {
+        if (session.login || session.serverLogin) throw new ShineError('FORBIDDEN', 'this socket is already authenticated');
+        // Consumed by every attempt, successful or not, so a challenge can never be tried twice.
+        const challenge = session.challenge;
+        session.challenge = null;
+        if (!challenge || clock.now() > challenge.expiresAtMs) throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
+        const user = await directory.lookup(login);
+        const text = authSigningText({ server: config.serverLogin, challengeB64: challenge.challengeB64, login, deviceId });
+        if (!user || !verifyText(text, signatureB64, user.profile.signKeyB64, verifier)) {
+          throw new ShineError('AUTH_FAILED', 'unknown login or bad signature');
+        }
+        if (!directory.isAccessServerOf(user)) {
+          throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `${config.serverLogin} is not an access server of ${login}`);
+        }
+        session.login = login;
+        session.deviceId = deviceId;
+        hub.bindUser(session, login);
+        log.debug('user logged in', { login, deviceId, sessionId: session.id });
+        call.afterAnswer(() => deps.onLogin(session));
+        return { login, deviceId, sessionId: session.id };
+      },
+    }),
+  };
+}

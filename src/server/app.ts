@@ -1,0 +1,124 @@
+/**
+ * The composition root: the one place that creates infrastructure (store, keys, transport) and wires
+ * every service. Everything else receives what it needs.
+ */
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { authOps } from './api/auth.js';
+import { directoryOps } from './api/directory.js';
+import { dmOps } from './api/dm.js';
+import { OpRegistry } from './api/registry.js';
+import type { Clock } from './clock.js';
+import { systemClock } from './clock.js';
+import type { Config, ConfigInput } from './config/config.js';
+import { bindConfigToPort, resolveConfig } from './config/config.js';
+import type { AppContext } from './context.js';
+import { sodiumVerifier } from './crypto/verifier.js';
+import { Directory } from './directory/service.js';
+import { DmService } from './dm/service.js';
+import { loadServerKey } from './keys.js';
+import type { Logger } from './log.js';
+import { createLogger } from './log.js';
+import { Metrics } from './metrics.js';
+import { SessionHub } from './sessions.js';
+import { openSqliteStore } from './store/sqlite/store.js';
+import type { Store } from './store/types.js';
+import { Transport } from './transport/server.js';
+
+/** A started server; close() (or `await using`) stops it and releases its port and database. */
+export interface RunningServer extends AsyncDisposable {
+  readonly config: Config;
+  readonly ctx: AppContext;
+  /** The bound port (the real one when the config asked for port 0). */
+  readonly port: number;
+  /** `http://host:port`, reachable from this machine. */
+  readonly httpUrl: string;
+  /** `ws://host:port/ws`, reachable from this machine (config.publicWsUrl is what other servers use). */
+  readonly wsUrl: string;
+  close(): Promise<void>;
+}
+
+export interface ServerDeps {
+  clock?: Clock;
+  log?: Logger;
+}
+
+/** Resolves the config, opens and migrates the store, loads the key, listens and serves. */
+export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Promise<RunningServer> {
+  const resolved = resolveConfig(input);
+  const clock = deps.clock ?? systemClock;
+  const log = deps.log ?? createLogger(resolved.logLevel, undefined, { server: resolved.serverLogin });
+
+  await mkdir(resolved.dataDir, { recursive: true });
+  const store = await openStore(resolved);
+  let transport: Transport | null = null;
+  let dm: DmService | null = null;
+  // Requests drain before the services they use stop, and those before the store closes.
+  const shutdown = async () => {
+    const [t, d] = [transport, dm];
+    const steps: [string, () => Promise<void> | void][] = [
+      ['transport', () => t?.close()],
+      ['dm', () => d?.close()],
+      ['store', () => store.close()],
+    ];
+    for (const [name, step] of steps) {
+      try {
+        await step();
+      } catch (err) {
+        log.error('shutdown step failed', { step: name, err });
+      }
+    }
+  };
+
+  try {
+    await store.migrate();
+    const serverKey = await loadServerKey({ dataDir: resolved.dataDir, seedB64: resolved.serverKeySeedB64 });
+    transport = new Transport();
+    const port = await transport.listen(resolved.host, resolved.port);
+    const config = bindConfigToPort(resolved, port);
+
+    const verifier = sodiumVerifier;
+    const hub = new SessionHub();
+    const metrics = new Metrics();
+    const directory = new Directory({ config, store, clock, verifier, log, serverKey });
+    const dmService = (dm = new DmService({ config, clock, store, hub, directory, verifier, log }));
+    const registry = new OpRegistry()
+      .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dmService.onLogin(session) }))
+      .add(directoryOps(directory))
+      .add(dmOps(dmService));
+    const ctx: AppContext = { config, clock, log, metrics, store, hub, verifier, serverKey, directory, dm: dmService, registry, adminRoutes: [] };
+
+    await directory.start();
+    dmService.start();
+    transport.serve(ctx);
+
+    const httpUrl = `http://${urlHost(config.host)}:${port}`;
+    const wsUrl = `ws://${urlHost(config.host)}:${port}/ws`;
+    log.info('server started', { serverLogin: config.serverLogin, httpUrl, publicWsUrl: config.publicWsUrl, db: config.db.kind });
+
+    let closing: Promise<void> | null = null;
+    const close = () =>
+      (closing ??= shutdown().then(() => {
+        log.info('server stopped', { serverLogin: config.serverLogin });
+      }));
+    return { config, ctx, port, httpUrl, wsUrl, close, [Symbol.asyncDispose]: close };
+  } catch (err) {
+    await shutdown();
+    throw err;
+  }
+}
+
+async function openStore(config: Config): Promise<Store> {
+  if (config.db.kind === 'postgres') {
+    throw new Error('PostgreSQL (SHINE_DB=postgres://…) is not supported yet; use sqlite:PATH');
+  }
+  await mkdir(dirname(config.db.path), { recursive: true });
+  return openSqliteStore({ path: config.db.path, sync: config.sqliteSync });
+}
+
+/** A host this machine can connect to: wildcard addresses become loopback, IPv6 gets brackets. */
+function urlHost(host: string): string {
+  if (host === '0.0.0.0') return '127.0.0.1';
+  if (host === '::') return '[::1]';
+  return host.includes(':') ? `[${host}]` : host;
+}

@@ -1,0 +1,294 @@
+/**
+ * Typed, validated server configuration (SPEC §10). Env, config file and flags all produce a
+ * ConfigInput; resolveConfig applies the defaults and every cross-field check in one place.
+ */
+import { join } from 'node:path';
+import { fromBase64 } from '../../protocol/bytes.js';
+import { isValidLogin } from '../../protocol/login.js';
+import type { LogLevel } from '../log.js';
+import { LOG_LEVELS } from '../log.js';
+
+export type DbConfig = { kind: 'sqlite'; path: string } | { kind: 'postgres'; url: string };
+
+export interface PeerConfig {
+  serverLogin: string;
+  wsUrl: string;
+}
+
+export interface RateLimitConfig {
+  /** Requests a connection may make per second, sustained. */
+  perSecond: number;
+  /** Requests a connection may make in one burst. */
+  burst: number;
+}
+
+export interface Config {
+  host: string;
+  /** The listening port; 0 in the input means "any free port", filled in by bindConfigToPort. */
+  port: number;
+  serverLogin: string;
+  /** URL other servers use to reach this one; '' only until a port-0 server has bound its port. */
+  publicWsUrl: string;
+  dataDir: string;
+  db: DbConfig;
+  serverKeySeedB64?: string | undefined;
+  directoryFile?: string | undefined;
+  peers: PeerConfig[];
+  s2sAuth: 'required' | 'off';
+  adminToken?: string | undefined;
+  /** Attempt offsets from acceptance; starts with 0, strictly increasing. */
+  retryScheduleMs: number[];
+  /** 1-based attempt numbers preceded by GetDmDeliveryStatus on the sender's other server. */
+  peerCheckAttempts: number[];
+  workerTickMs: number;
+  s2sTimeoutMs: number;
+  firstAttemptWaitMs: number;
+  syncIntervalMs: number;
+  sqliteSync: 'full' | 'normal';
+  logLevel: LogLevel;
+  rateLimit: RateLimitConfig;
+  authChallengeTtlMs: number;
+  maxTimeSkewMs: number;
+  deviceForgetMs: number;
+  /** A socket whose unsent output grows past this is closed instead of buffering more. */
+  wsMaxBufferedBytes: number;
+}
+
+/**
+ * What callers pass: every field optional. Scalar and list fields also accept their text form (as in
+ * the environment), so env, flags and config files need no parsing of their own.
+ */
+export interface ConfigInput {
+  host?: string | undefined;
+  port?: number | string | undefined;
+  serverLogin?: string | undefined;
+  publicWsUrl?: string | undefined;
+  dataDir?: string | undefined;
+  /** `sqlite:PATH`, `postgres://…`, or the parsed form. */
+  db?: string | DbConfig | undefined;
+  serverKeySeedB64?: string | undefined;
+  directoryFile?: string | undefined;
+  /** `login=wsUrl,…` or the parsed form. */
+  peers?: string | PeerConfig[] | undefined;
+  s2sAuth?: string | undefined;
+  adminToken?: string | undefined;
+  retryScheduleMs?: string | number[] | undefined;
+  peerCheckAttempts?: string | number[] | undefined;
+  workerTickMs?: number | string | undefined;
+  s2sTimeoutMs?: number | string | undefined;
+  firstAttemptWaitMs?: number | string | undefined;
+  syncIntervalMs?: number | string | undefined;
+  sqliteSync?: string | undefined;
+  logLevel?: string | undefined;
+  rateLimit?: Partial<RateLimitConfig> | undefined;
+  authChallengeTtlMs?: number | string | undefined;
+  maxTimeSkewMs?: number | string | undefined;
+  deviceForgetMs?: number | string | undefined;
+  wsMaxBufferedBytes?: number | string | undefined;
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export const CONFIG_DEFAULTS = {
+  host: '127.0.0.1',
+  port: 8080,
+  serverLogin: 'local',
+  dataDir: './data',
+  s2sAuth: 'required',
+  retryScheduleMs: [0, 30_000, 300_000, 1_500_000, 3_600_000],
+  peerCheckAttempts: [3, 4, 5],
+  workerTickMs: 5_000,
+  s2sTimeoutMs: 10_000,
+  firstAttemptWaitMs: 3_000,
+  syncIntervalMs: 21_600_000,
+  sqliteSync: 'full',
+  logLevel: 'info',
+  rateLimit: { perSecond: 200, burst: 400 },
+  authChallengeTtlMs: 60_000,
+  maxTimeSkewMs: 300_000,
+  deviceForgetMs: 30 * DAY_MS,
+  wsMaxBufferedBytes: 16 * 1024 * 1024,
+} as const satisfies Partial<Config>;
+
+/** The serverLogin of a server that is not federated (server ops answer LOCAL_SERVER_NOT_CONFIGURED). */
+export const UNFEDERATED_SERVER_LOGIN = 'local';
+
+const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
+  'host', 'port', 'serverLogin', 'publicWsUrl', 'dataDir', 'db', 'serverKeySeedB64', 'directoryFile', 'peers',
+  's2sAuth', 'adminToken', 'retryScheduleMs', 'peerCheckAttempts', 'workerTickMs', 's2sTimeoutMs',
+  'firstAttemptWaitMs', 'syncIntervalMs', 'sqliteSync', 'logLevel', 'rateLimit', 'authChallengeTtlMs',
+  'maxTimeSkewMs', 'deviceForgetMs', 'wsMaxBufferedBytes',
+]);
+
+/** Raised for any invalid setting; the message names the field. */
+export class ConfigError extends Error {
+  constructor(field: string, problem: string) {
+    super(`config ${field}: ${problem}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Applies defaults and validates; throws ConfigError naming the first bad field. */
+export function resolveConfig(input: ConfigInput = {}): Config {
+  for (const key of Object.keys(input)) {
+    if (!INPUT_KEYS.has(key)) throw new ConfigError(key, 'unknown setting');
+  }
+  const d = CONFIG_DEFAULTS;
+  const host = nonEmpty('host', input.host ?? d.host);
+  const port = int('port', input.port ?? d.port, 0, 65_535);
+  const serverLogin = input.serverLogin ?? d.serverLogin;
+  if (!isValidLogin(serverLogin)) throw new ConfigError('serverLogin', `"${serverLogin}" is not a valid login`);
+  const dataDir = nonEmpty('dataDir', input.dataDir ?? d.dataDir);
+
+  let publicWsUrl = input.publicWsUrl ?? '';
+  if (publicWsUrl !== '') wsUrl('publicWsUrl', publicWsUrl);
+  else if (port !== 0) publicWsUrl = defaultWsUrl(host, port);
+
+  const retryScheduleMs = intList('retryScheduleMs', input.retryScheduleMs ?? d.retryScheduleMs, 0);
+  if (retryScheduleMs[0] !== 0) throw new ConfigError('retryScheduleMs', 'must start with 0');
+  if (!strictlyIncreasing(retryScheduleMs)) throw new ConfigError('retryScheduleMs', 'must be strictly increasing');
+  const peerCheckAttempts = intList('peerCheckAttempts', input.peerCheckAttempts ?? d.peerCheckAttempts, 1, true);
+  if (!strictlyIncreasing(peerCheckAttempts)) throw new ConfigError('peerCheckAttempts', 'must be strictly increasing');
+  const lastAttempt = peerCheckAttempts.at(-1);
+  if (lastAttempt !== undefined && lastAttempt > retryScheduleMs.length) {
+    throw new ConfigError('peerCheckAttempts', `attempt ${lastAttempt} is past the ${retryScheduleMs.length} attempts of retryScheduleMs`);
+  }
+
+  const rateLimit = { ...d.rateLimit, ...input.rateLimit };
+  const config: Config = {
+    host,
+    port,
+    serverLogin,
+    publicWsUrl,
+    dataDir,
+    db: parseDb(input.db ?? { kind: 'sqlite', path: join(dataDir, 'shine.sqlite') }),
+    serverKeySeedB64: seed(input.serverKeySeedB64),
+    directoryFile: optionalNonEmpty('directoryFile', input.directoryFile),
+    peers: parsePeers(input.peers ?? []),
+    s2sAuth: oneOf('s2sAuth', input.s2sAuth ?? d.s2sAuth, ['required', 'off'] as const),
+    adminToken: optionalNonEmpty('adminToken', input.adminToken),
+    retryScheduleMs,
+    peerCheckAttempts,
+    workerTickMs: int('workerTickMs', input.workerTickMs ?? d.workerTickMs, 1),
+    s2sTimeoutMs: int('s2sTimeoutMs', input.s2sTimeoutMs ?? d.s2sTimeoutMs, 1),
+    firstAttemptWaitMs: int('firstAttemptWaitMs', input.firstAttemptWaitMs ?? d.firstAttemptWaitMs, 0),
+    syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
+    sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
+    logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
+    rateLimit: {
+      perSecond: positiveNumber('rateLimit.perSecond', rateLimit.perSecond),
+      burst: int('rateLimit.burst', rateLimit.burst, 1),
+    },
+    authChallengeTtlMs: int('authChallengeTtlMs', input.authChallengeTtlMs ?? d.authChallengeTtlMs, 1),
+    maxTimeSkewMs: int('maxTimeSkewMs', input.maxTimeSkewMs ?? d.maxTimeSkewMs, 0),
+    deviceForgetMs: int('deviceForgetMs', input.deviceForgetMs ?? d.deviceForgetMs, 1),
+    wsMaxBufferedBytes: int('wsMaxBufferedBytes', input.wsMaxBufferedBytes ?? d.wsMaxBufferedBytes, 1),
+  };
+  if (config.peers.some((p) => p.serverLogin === serverLogin)) {
+    throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);
+  }
+  return config;
+}
+
+/** The config once the port is bound: a port-0 config gets its real port and, if derived, its URL. */
+export function bindConfigToPort(config: Config, port: number): Config {
+  if (config.port !== 0) return config;
+  return { ...config, port, publicWsUrl: config.publicWsUrl || defaultWsUrl(config.host, port) };
+}
+
+/** `ws://HOST:PORT/ws`, with IPv6 literals bracketed. */
+export function defaultWsUrl(host: string, port: number): string {
+  return `ws://${host.includes(':') ? `[${host}]` : host}:${port}/ws`;
+}
+
+/** Parses `sqlite:PATH` or `postgres://…` (or checks the parsed form). */
+export function parseDb(value: string | DbConfig): DbConfig {
+  if (typeof value !== 'string') {
+    if (value.kind === 'sqlite') return { kind: 'sqlite', path: nonEmpty('db.path', value.path) };
+    if (value.kind === 'postgres') return { kind: 'postgres', url: nonEmpty('db.url', value.url) };
+    throw new ConfigError('db', 'kind must be "sqlite" or "postgres"');
+  }
+  if (value.startsWith('sqlite:')) return { kind: 'sqlite', path: nonEmpty('db', value.slice('sqlite:'.length)) };
+  if (/^postgres(ql)?:\/\//.test(value)) return { kind: 'postgres', url: value };
+  throw new ConfigError('db', `"${value}" must be sqlite:PATH or postgres://…`);
+}
+
+/** Parses `login=wsUrl,…` (or checks the parsed form). */
+export function parsePeers(value: string | readonly PeerConfig[]): PeerConfig[] {
+  const list =
+    typeof value !== 'string'
+      ? value
+      : value
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
+          .map((item) => {
+            const eq = item.indexOf('=');
+            if (eq < 0) throw new ConfigError('peers', `"${item}" must be login=wsUrl`);
+            return { serverLogin: item.slice(0, eq), wsUrl: item.slice(eq + 1) };
+          });
+  const seen = new Set<string>();
+  return list.map((p) => {
+    if (!isValidLogin(p.serverLogin)) throw new ConfigError('peers', `"${p.serverLogin}" is not a valid server login`);
+    if (seen.has(p.serverLogin)) throw new ConfigError('peers', `${p.serverLogin} is listed twice`);
+    seen.add(p.serverLogin);
+    return { serverLogin: p.serverLogin, wsUrl: wsUrl('peers', p.wsUrl) };
+  });
+}
+
+function nonEmpty(field: string, value: unknown): string {
+  if (typeof value !== 'string' || value === '') throw new ConfigError(field, 'must be a non-empty string');
+  return value;
+}
+
+function optionalNonEmpty(field: string, value: unknown): string | undefined {
+  return value === undefined ? undefined : nonEmpty(field, value);
+}
+
+function int(field: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const n = typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < min || n > max) {
+    throw new ConfigError(field, `must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
+function positiveNumber(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new ConfigError(field, `must be a positive number, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function intList(field: string, value: string | readonly number[], min: number, allowEmpty = false): number[] {
+  const items = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter((s) => s !== '') : value;
+  if (!Array.isArray(items) || (!allowEmpty && items.length === 0)) throw new ConfigError(field, 'must be a non-empty list of integers');
+  return items.map((v: unknown) => int(field, v, min));
+}
+
+function strictlyIncreasing(list: readonly number[]): boolean {
+  return list.every((v, i) => i === 0 || v > list[i - 1]!);
+}
+
+function oneOf<T extends string>(field: string, value: unknown, allowed: readonly T[]): T {
+  if (!allowed.includes(value as T)) throw new ConfigError(field, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+  return value as T;
+}
+
+function wsUrl(field: string, value: unknown): string {
+  const text = nonEmpty(field, value);
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ConfigError(field, `"${text}" is not a URL`);
+  }
+  if (url.protocol !== 'ws:' && url.protocol !== 'wss:') throw new ConfigError(field, `"${text}" must be a ws:// or wss:// URL`);
+  return text;
+}
+
+function seed(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (fromBase64(value)?.length !== 32) throw new ConfigError('serverKeySeedB64', 'must be 32 bytes of standard base64');
+  return value;
+}

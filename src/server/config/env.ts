@@ -1,0 +1,58 @@
+/**
+ * Reads the SPEC §10 environment variables (and the optional SHINE_CONFIG_FILE under them) into a
+ * ConfigInput. The only module of the server that touches process.env; callers pass it in.
+ */
+import { readFileSync } from 'node:fs';
+import type { ConfigInput } from './config.js';
+import { ConfigError } from './config.js';
+
+/** Environment variable → ConfigInput field. Values stay text; resolveConfig parses and checks them. */
+export const ENV_VARS = {
+  SHINE_HOST: 'host',
+  SHINE_PORT: 'port',
+  SHINE_SERVER_LOGIN: 'serverLogin',
+  SHINE_PUBLIC_WS_URL: 'publicWsUrl',
+  SHINE_DATA_DIR: 'dataDir',
+  SHINE_DB: 'db',
+  SHINE_SERVER_KEY_SEED_B64: 'serverKeySeedB64',
+  SHINE_DIRECTORY_FILE: 'directoryFile',
+  SHINE_PEERS: 'peers',
+  SHINE_S2S_AUTH: 's2sAuth',
+  SHINE_ADMIN_TOKEN: 'adminToken',
+  SHINE_RETRY_SCHEDULE_MS: 'retryScheduleMs',
+  SHINE_PEER_CHECK_ATTEMPTS: 'peerCheckAttempts',
+  SHINE_WORKER_TICK_MS: 'workerTickMs',
+  SHINE_S2S_TIMEOUT_MS: 's2sTimeoutMs',
+  SHINE_FIRST_ATTEMPT_WAIT_MS: 'firstAttemptWaitMs',
+  SHINE_SYNC_INTERVAL_MS: 'syncIntervalMs',
+  SHINE_SQLITE_SYNC: 'sqliteSync',
+  SHINE_LOG_LEVEL: 'logLevel',
+} as const satisfies Record<string, keyof ConfigInput>;
+
+export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';
+
+/** ConfigInput from the environment; SHINE_CONFIG_FILE (JSON, ConfigInput keys) is merged under it. */
+export function configInputFromEnv(env: NodeJS.ProcessEnv): ConfigInput {
+  const file = env[CONFIG_FILE_VAR];
+  const out: Record<string, unknown> = file ? { ...readConfigFile(file) } : {};
+  for (const [name, field] of Object.entries(ENV_VARS)) {
+    const value = env[name];
+    // An empty variable means "not set", as shells make it easy to export one by accident.
+    if (value !== undefined && value !== '') out[field] = value;
+  }
+  return out as ConfigInput;
+}
+
+/** Reads a JSON config file; keys are checked by resolveConfig. */
+export function readConfigFile(path: string): ConfigInput {
+  let value: unknown;
+  try {
+    value = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new ConfigError(CONFIG_FILE_VAR, `cannot read ${path}: ${(err as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new ConfigError(CONFIG_FILE_VAR, `${path} must hold a JSON object`);
+  }
+  return value as ConfigInput;
+}

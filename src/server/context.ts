@@ -1,0 +1,29 @@
+/** Everything the server is made of, wired once by the composition root (app.ts). */
+import type { SignatureVerifier } from '../protocol/ed25519.js';
+import type { OpRegistry } from './api/registry.js';
+import type { Clock } from './clock.js';
+import type { Config } from './config/config.js';
+import type { Directory } from './directory/service.js';
+import type { DmService } from './dm/service.js';
+import type { ServerKey } from './keys.js';
+import type { Logger } from './log.js';
+import type { Metrics } from './metrics.js';
+import type { SessionHub } from './sessions.js';
+import type { Store } from './store/types.js';
+import type { AdminRoute } from './transport/http.js';
+
+export interface AppContext {
+  readonly config: Config;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly metrics: Metrics;
+  readonly store: Store;
+  readonly hub: SessionHub;
+  readonly verifier: SignatureVerifier;
+  readonly serverKey: ServerKey;
+  readonly directory: Directory;
+  readonly dm: DmService;
+  readonly registry: OpRegistry;
+  /** Routes behind the admin token under /admin and /debug. */
+  readonly adminRoutes: readonly AdminRoute[];
+}

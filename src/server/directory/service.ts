@@ -1,0 +1,252 @@
+/**
+ * The directory (SPEC §4): users' signed profiles and servers' descriptors, from local registration,
+ * the static file and (later) import from other servers. Decides what a profile may replace.
+ */
+import { readFile } from 'node:fs/promises';
+import { fromBase64 } from '../../protocol/bytes.js';
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
+import { descriptorSigningText, profileShapeProblem, verifyDescriptor, verifyProfile } from '../../protocol/identity.js';
+import { isValidLogin } from '../../protocol/login.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config/config.js';
+import type { ServerKey } from '../keys.js';
+import { KeyedMutex } from '../keyed-mutex.js';
+import type { Logger } from '../log.js';
+import type { ProfileSource, ServerRecord, Store } from '../store/types.js';
+
+export interface DirectoryDeps {
+  config: Config;
+  store: Store;
+  clock: Clock;
+  verifier: SignatureVerifier;
+  log: Logger;
+  serverKey: ServerKey;
+}
+
+/** A known user with the profile's keys already decoded. */
+export interface DirectoryEntry {
+  profile: UserProfile;
+  signKey: Uint8Array;
+  accessServers: readonly string[];
+  source: ProfileSource;
+  /** When this server stored or last refreshed the profile. */
+  fetchedAtMs: number;
+}
+
+/** Anything that names a user's access servers: a profile or a DirectoryEntry. */
+export interface HasAccessServers {
+  readonly accessServers: readonly string[];
+}
+
+// Entries are re-read after this long so that processes sharing one database converge on updates
+// made by the others; updates made by this process invalidate at once.
+const CACHE_TTL_MS = 10_000;
+const CACHE_LIMIT = 10_000;
+
+export class Directory {
+  private readonly cache = new Map<string, { entry: DirectoryEntry; cachedAtMs: number }>();
+  private readonly profileLock = new KeyedMutex();
+  private self: ServerDescriptor | null = null;
+
+  constructor(private readonly deps: DirectoryDeps) {}
+
+  /** Publishes this server's descriptor to its own table and loads the static directory file, if any. */
+  async start(): Promise<void> {
+    await this.deps.store.putServer(this.selfDescriptor(), 'self');
+    if (this.deps.config.directoryFile) await this.loadStaticFile(this.deps.config.directoryFile);
+  }
+
+  /** This server's descriptor, signed with the server key. */
+  selfDescriptor(): ServerDescriptor {
+    if (!this.self) {
+      const { serverLogin, publicWsUrl } = this.deps.config;
+      if (!publicWsUrl) throw new Error('publicWsUrl is not known before the server listens');
+      const unsigned = { serverLogin, wsUrl: publicWsUrl, signKeyB64: this.deps.serverKey.publicKeyB64 };
+      this.self = { ...unsigned, signatureB64: this.deps.serverKey.sign(descriptorSigningText(unsigned)) };
+    }
+    return this.self;
+  }
+
+  /** The user's current profile and decoded keys, or null when this server does not know the login. */
+  async lookup(login: string): Promise<DirectoryEntry | null> {
+    if (!isValidLogin(login)) return null;
+    const now = this.deps.clock.now();
+    const hit = this.cache.get(login);
+    if (hit && now - hit.cachedAtMs < CACHE_TTL_MS) return hit.entry;
+    const record = await this.deps.store.getUser(login);
+    if (!record) {
+      this.cache.delete(login);
+      return null;
+    }
+    const entry: DirectoryEntry = {
+      profile: record.profile,
+      signKey: fromBase64(record.profile.signKeyB64)!,
+      accessServers: record.profile.accessServers,
+      source: record.source,
+      fetchedAtMs: record.fetchedAtMs,
+    };
+    this.remember(login, entry, now);
+    return entry;
+  }
+
+  /** The profile by login: known here, or imported from the known servers. */
+  async getProfile(login: string): Promise<UserProfile | null> {
+    return (await this.lookup(login))?.profile ?? (await this.importProfile(login));
+  }
+
+  /**
+   * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
+   * server in the profile's own accessServers, and pins it (SPEC §4). Not built yet: always null.
+   */
+  async importProfile(_login: string): Promise<UserProfile | null> {
+    return null;
+  }
+
+  /** True when this server is one of the access servers of the given profile or entry. */
+  isAccessServerOf(target: HasAccessServers): boolean {
+    return target.accessServers.includes(this.deps.config.serverLogin);
+  }
+
+  /** A server's descriptor as this server knows it. */
+  async lookupServer(serverLogin: string): Promise<ServerRecord | null> {
+    return this.deps.store.getServer(serverLogin);
+  }
+
+  /**
+   * RegisterUser (SPEC §5.1): a well-formed profile (else BAD_FIELDS) with a valid signature (else
+   * BAD_SIGNATURE) naming this server (else LOCAL_SERVER_NOT_ACCESS_SERVER) that is new, or the same
+   * key with a higher version (else PROFILE_CONFLICT). The identical stored profile again succeeds.
+   */
+  async register(input: unknown): Promise<UserProfile> {
+    const profile = this.checkedProfile(input, (problem) => new ShineError('BAD_FIELDS', `profile: ${problem}`));
+    if (!verifyProfile(profile, this.deps.verifier)) throw new ShineError('BAD_SIGNATURE', 'profile signature does not verify');
+    if (!this.isAccessServerOf(profile)) {
+      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `${this.deps.config.serverLogin} is not in the profile's accessServers`);
+    }
+    return this.profileLock.run(profile.login, async () => {
+      const stored = (await this.deps.store.getUser(profile.login))?.profile;
+      if (stored && sameProfile(stored, profile)) return stored;
+      const conflict = stored && replacementProblem(stored, profile);
+      if (conflict) throw new ShineError('PROFILE_CONFLICT', conflict);
+      await this.save(profile, 'local');
+      this.deps.log.info('user registered', { login: profile.login, version: profile.version, accessServers: profile.accessServers });
+      return profile;
+    });
+  }
+
+  /**
+   * Loads `{servers: [descriptor], users: [profile]}` (SHINE_DIRECTORY_FILE). Every entry must be
+   * well-formed and verify; a user the file contradicts (other key) stops the start, an older version
+   * than the stored one is skipped.
+   */
+  async loadStaticFile(path: string): Promise<{ servers: number; users: number }> {
+    let doc: unknown;
+    try {
+      doc = JSON.parse(await readFile(path, 'utf8'));
+    } catch (err) {
+      throw new Error(`directory file ${path}: ${(err as Error).message}`);
+    }
+    const fail = (what: string) => new Error(`directory file ${path}: ${what}`);
+    const { servers = [], users = [] } = (typeof doc === 'object' && doc !== null ? doc : {}) as { servers?: unknown; users?: unknown };
+    if (!Array.isArray(servers) || !Array.isArray(users)) throw fail('must be {servers: [...], users: [...]}');
+
+    const descriptors = servers.map((d: unknown, i) => {
+      const problem = descriptorShapeProblem(d);
+      if (problem) throw fail(`servers[${i}]: ${problem}`);
+      if (!verifyDescriptor(d as ServerDescriptor, this.deps.verifier)) throw fail(`servers[${i}]: signature does not verify`);
+      return d as ServerDescriptor;
+    });
+    const profiles = users.map((p: unknown, i) => {
+      const profile = this.checkedProfile(p, (problem) => fail(`users[${i}]: ${problem}`));
+      if (!verifyProfile(profile, this.deps.verifier)) throw fail(`users[${i}] (${profile.login}): signature does not verify`);
+      return profile;
+    });
+
+    for (const d of descriptors) {
+      if (d.serverLogin === this.deps.config.serverLogin) {
+        if (d.signKeyB64 !== this.deps.serverKey.publicKeyB64) this.deps.log.warn('directory file lists this server with another key; ignored', { path });
+        continue;
+      }
+      await this.deps.store.putServer(d, 'static');
+    }
+    let stored = 0;
+    for (const profile of profiles) {
+      await this.profileLock.run(profile.login, async () => {
+        const current = (await this.deps.store.getUser(profile.login))?.profile;
+        if (current && current.signKeyB64 !== profile.signKeyB64) throw fail(`users: ${profile.login} is known here with another signKey`);
+        if (current && current.version >= profile.version) return;
+        await this.save(profile, 'static');
+        stored++;
+      });
+    }
+    this.deps.log.info('directory file loaded', { path, servers: descriptors.length, users: profiles.length, usersStored: stored });
+    return { servers: descriptors.length, users: stored };
+  }
+
+  /** Drops a cached entry (e.g. after another module wrote the profile). */
+  invalidate(login: string): void {
+    this.cache.delete(login);
+  }
+
+  private async save(profile: UserProfile, source: ProfileSource): Promise<void> {
+    await this.deps.store.putUser(profile, source, this.deps.clock.now());
+    this.cache.delete(profile.login);
+  }
+
+  /** Shape-checks and copies exactly the profile fields, so nothing extra is stored or signed over. */
+  private checkedProfile(input: unknown, error: (problem: string) => Error): UserProfile {
+    const problem = profileShapeProblem(input);
+    if (problem) throw error(problem);
+    const p = input as UserProfile;
+    return {
+      login: p.login,
+      signKeyB64: p.signKeyB64,
+      encKeyB64: p.encKeyB64,
+      accessServers: [...p.accessServers],
+      version: p.version,
+      updatedAtMs: p.updatedAtMs,
+      signatureB64: p.signatureB64,
+    };
+  }
+
+  private remember(login: string, entry: DirectoryEntry, now: number): void {
+    this.cache.delete(login);
+    if (this.cache.size >= CACHE_LIMIT) {
+      const oldest = this.cache.keys().next().value;
+      if (oldest !== undefined) this.cache.delete(oldest);
+    }
+    this.cache.set(login, { entry, cachedAtMs: now });
+  }
+}
+
+/** Why `next` may not replace `stored` (same key, higher version), or null when it may. */
+function replacementProblem(stored: UserProfile, next: UserProfile): string | null {
+  if (stored.signKeyB64 !== next.signKeyB64) return `${next.login} is registered with another signKey`;
+  if (next.version <= stored.version) return `version ${next.version} is not higher than the stored ${stored.version}`;
+  return null;
+}
+
+function sameProfile(a: UserProfile, b: UserProfile): boolean {
+  return (
+    a.login === b.login &&
+    a.signKeyB64 === b.signKeyB64 &&
+    a.encKeyB64 === b.encKeyB64 &&
+    a.accessServers.join(',') === b.accessServers.join(',') &&
+    a.version === b.version &&
+    a.updatedAtMs === b.updatedAtMs &&
+    a.signatureB64 === b.signatureB64
+  );
+}
+
+/** Shape checks of a server descriptor (not its signature); returns a reason or null. */
+function descriptorShapeProblem(d: unknown): string | null {
+  if (typeof d !== 'object' || d === null) return 'descriptor must be an object';
+  const o = d as Record<string, unknown>;
+  if (!isValidLogin(o.serverLogin)) return 'bad serverLogin';
+  if (typeof o.wsUrl !== 'string' || !/^wss?:\/\//.test(o.wsUrl)) return 'wsUrl must be a ws:// or wss:// URL';
+  if (typeof o.signKeyB64 !== 'string' || fromBase64(o.signKeyB64)?.length !== 32) return 'signKeyB64 must be 32 bytes of base64';
+  if (typeof o.signatureB64 !== 'string') return 'signatureB64 must be a string';
+  return null;
+}

@@ -1,0 +1,93 @@
+/**
+ * From one text frame to one answer: envelope, op lookup, session kind, payload schema, handler.
+ * Socket-free, so every rule of SPEC §5 about requests lives here and nowhere else.
+ */
+import type { z } from 'zod';
+import type { Request, Response } from '../../protocol/envelope.js';
+import { EnvelopeError, errorResponse, okResponse, parseRequest } from '../../protocol/envelope.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { OpRegistry } from '../api/registry.js';
+import { UNFEDERATED_SERVER_LOGIN } from '../config/config.js';
+import type { Logger } from '../log.js';
+import type { Counter, Histogram, Metrics } from '../metrics.js';
+import type { Session } from '../sessions.js';
+
+export interface DispatchResult {
+  response: Response;
+  /** Work the handler asked to run once the answer has been written. */
+  afterAnswer: (() => Promise<void>)[];
+}
+
+const MAX_MESSAGE = 500;
+
+export class Dispatcher {
+  private readonly opsTotal: Counter;
+  private readonly opSeconds: Histogram;
+
+  constructor(
+    private readonly registry: OpRegistry,
+    private readonly log: Logger,
+    metrics: Metrics,
+    /** Server ops are refused while this is the unfederated default `local` (SPEC §5.4). */
+    private readonly serverLogin: string,
+  ) {
+    this.opsTotal = metrics.counter('ops_total', 'Requests answered, by op and status.');
+    this.opSeconds = metrics.histogram('op_duration_seconds', 'Time from frame to answer, by op.');
+  }
+
+  /**
+   * Answers one text frame. `reject` is an error the transport already decided on (rate limit, size,
+   * shutdown): the frame is then only read far enough to name op and requestId in the answer.
+   */
+  async dispatch(session: Session, text: string, reject?: ShineError): Promise<DispatchResult> {
+    const started = performance.now();
+    const result = await this.answer(session, text, reject);
+    const def = this.registry.get(result.response.op);
+    // Unregistered op names are client-chosen; never let them become label values.
+    const op = def ? result.response.op : result.response.op === '' ? '_invalid' : '_unknown';
+    this.opsTotal.inc({ op, status: result.response.status });
+    this.opSeconds.observe((performance.now() - started) / 1000, { op });
+    return result;
+  }
+
+  private async answer(session: Session, text: string, reject: ShineError | undefined): Promise<DispatchResult> {
+    let request: Request;
+    try {
+      request = parseRequest(text);
+    } catch (err) {
+      if (!(err instanceof EnvelopeError)) throw err;
+      return fail(err.partial, reject ?? err.error);
+    }
+    if (reject) return fail(request, reject);
+
+    const def = this.registry.get(request.op);
+    if (!def) return fail(request, new ShineError('UNKNOWN_OP', `unknown op ${request.op}`));
+    if (def.auth === 'server' && this.serverLogin === UNFEDERATED_SERVER_LOGIN) {
+      return fail(request, new ShineError('LOCAL_SERVER_NOT_CONFIGURED', `this server runs as "${UNFEDERATED_SERVER_LOGIN}"; set SHINE_SERVER_LOGIN to federate`));
+    }
+    if (def.auth === 'user' && !session.login) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs AuthLogin first`));
+    if (def.auth === 'server' && !session.serverLogin) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
+    const parsed = def.schema.safeParse(request.payload);
+    if (!parsed.success) return fail(request, new ShineError('BAD_FIELDS', describeIssues(parsed.error)));
+
+    const afterAnswer: (() => Promise<void>)[] = [];
+    try {
+      const payload = await def.handle(parsed.data, session, { afterAnswer: (fn) => void afterAnswer.push(fn) });
+      return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer };
+    } catch (err) {
+      if (err instanceof ShineError) return fail(request, err);
+      this.log.error('op failed', { op: request.op, requestId: request.requestId, sessionId: session.id, login: session.login, err });
+      return fail(request, new ShineError('INTERNAL', 'internal error'));
+    }
+  }
+}
+
+function fail(to: { op?: string | undefined; requestId?: string | undefined }, err: ShineError): DispatchResult {
+  return { response: errorResponse(to.op ?? '', to.requestId ?? '', err), afterAnswer: [] };
+}
+
+/** "payload.field: message; …", short enough to send back. */
+function describeIssues(error: z.ZodError): string {
+  const text = error.issues.map((i) => `${['payload', ...i.path.map(String)].join('.')}: ${i.message}`).join('; ');
+  return text.length > MAX_MESSAGE ? text.slice(0, MAX_MESSAGE - 1) + '…' : text;
+}

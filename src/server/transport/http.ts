@@ -1,0 +1,87 @@
+/** The HTTP side of the port (SPEC §8): health, metrics, descriptor, the admin/debug gate, web client. */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ShineError } from '../../protocol/errors.js';
+import type { AppContext } from '../context.js';
+
+/** A route under /admin or /debug; only reached with the admin token. Answers JSON. */
+export interface AdminRoute {
+  method: 'GET' | 'POST';
+  /** Exact path, e.g. `/debug/delivery`. */
+  path: string;
+  handle(url: URL, req: IncomingMessage): Promise<unknown>;
+}
+
+export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** The request handler for every plain HTTP request. */
+export function createHttpHandler(ctx: AppContext): HttpHandler {
+  return (req, res) => {
+    route(ctx, req, res).catch((err: unknown) => {
+      ctx.log.error('http request failed', { method: req.method, url: req.url, err });
+      if (!res.headersSent) sendJson(res, 500, { error: 'internal error' });
+      else res.destroy();
+    });
+  };
+}
+
+async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://localhost');
+  const path = url.pathname;
+  const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');
+
+  if (path === '/admin' || path.startsWith('/admin/') || path === '/debug' || path.startsWith('/debug/')) {
+    const gate = adminGate(req.headers.authorization, ctx.config.adminToken);
+    if (gate !== 'ok') return sendJson(res, gate, { error: gate === 401 ? 'unauthorized' : 'not found' }, gate === 401 ? { 'www-authenticate': 'Bearer' } : {});
+    const admin = ctx.adminRoutes.find((r) => r.path === path && r.method === method);
+    if (!admin) return sendJson(res, 404, { error: 'not found' });
+    try {
+      return sendJson(res, 200, await admin.handle(url, req));
+    } catch (err) {
+      if (err instanceof ShineError) return sendJson(res, err.status, { error: err.code, message: err.message });
+      throw err;
+    }
+  }
+
+  const simple: Record<string, () => Promise<void> | void> = {
+    '/healthz': async () => {
+      try {
+        await ctx.store.ping();
+        sendJson(res, 200, { ok: true });
+      } catch (err) {
+        ctx.log.warn('health check failed', { err });
+        sendJson(res, 503, { ok: false });
+      }
+    },
+    '/.well-known/shine-server': () => sendJson(res, 200, ctx.directory.selfDescriptor()),
+    '/metrics': () => send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', ctx.metrics.render()),
+    // The web client is served here once it exists.
+    '/': () => send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),
+  };
+  const handler = simple[path];
+  if (!handler) return sendJson(res, 404, { error: 'not found' });
+  if (method !== 'GET') return sendJson(res, 405, { error: 'method not allowed' }, { allow: 'GET, HEAD' });
+  await handler();
+}
+
+/**
+ * The one check in front of /admin and /debug: 404 while no token is configured (the API does not
+ * exist), 401 for a missing or wrong `Authorization: Bearer <token>`.
+ */
+export function adminGate(authorization: string | undefined, token: string | undefined): 'ok' | 401 | 404 {
+  if (!token) return 404;
+  const given = /^Bearer (.+)$/.exec(authorization ?? '')?.[1];
+  if (given === undefined) return 401;
+  // Compare digests so the comparison takes the same time whatever the given token's length.
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(given), digest(token)) ? 'ok' : 401;
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  send(res, status, 'application/json; charset=utf-8', JSON.stringify(body), headers);
+}
+
+function send(res: ServerResponse, status: number, contentType: string, body: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': contentType, 'cache-control': 'no-store', ...headers });
+  res.end(body);
+}

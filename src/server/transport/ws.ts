@@ -1,0 +1,148 @@
+/**
+ * WebSocket sessions on /ws (SPEC §5): frame limits, binary frames, per-connection rate limit,
+ * backpressure, and shutdown that lets in-flight requests answer first.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { setTimeout as delay } from 'node:timers/promises';
+import type { RawData } from 'ws';
+import { WebSocket, WebSocketServer } from 'ws';
+import { MAX_CLIENT_FRAME, MAX_FRAME } from '../../protocol/envelope.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { AppContext } from '../context.js';
+import type { Counter } from '../metrics.js';
+import type { Session } from '../sessions.js';
+import { Dispatcher } from './dispatch.js';
+import { TokenBucket } from './rate-limit.js';
+
+/** Close codes of RFC 6455 this server uses. */
+export const CloseCode = { GoingAway: 1001, Unsupported: 1003, PolicyViolation: 1008 } as const;
+
+/** How long closing sockets get to finish the close handshake at shutdown (wall time, not the injected clock). */
+const CLOSE_GRACE_MS = 2_000;
+
+/** A connected socket as the rest of the server sees it. */
+class WsSession implements Session {
+  readonly id = randomUUID();
+  login: string | null = null;
+  deviceId: string | null = null;
+  serverLogin: string | null = null;
+  challenge: Session['challenge'] = null;
+
+  constructor(
+    readonly ws: WebSocket,
+    private readonly gateway: WsGateway,
+  ) {}
+
+  send(frame: object): boolean {
+    return this.gateway.write(this, JSON.stringify(frame));
+  }
+}
+
+export class WsGateway {
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME, perMessageDeflate: false });
+  private readonly dispatcher: Dispatcher;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly slowClosed: Counter;
+  private closing = false;
+
+  constructor(private readonly ctx: AppContext) {
+    this.dispatcher = new Dispatcher(ctx.registry, ctx.log, ctx.metrics, ctx.config.serverLogin);
+    this.slowClosed = ctx.metrics.counter('ws_slow_consumer_closed_total', 'Sockets closed because their send buffer grew too large.');
+    ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
+  }
+
+  /** Takes over an HTTP upgrade on /ws. */
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.closing) {
+      socket.destroy();
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+  }
+
+  /** Queues text on the session's socket; a consumer too slow to keep up is cut off. */
+  write(session: WsSession, text: string, onFlushed?: (err?: Error) => void): boolean {
+    const { ws } = session;
+    if (ws.readyState !== WebSocket.OPEN) return false;
+    if (ws.bufferedAmount + text.length > this.ctx.config.wsMaxBufferedBytes) {
+      this.ctx.log.warn('closing slow socket', { sessionId: session.id, login: session.login, bufferedBytes: ws.bufferedAmount });
+      this.slowClosed.inc();
+      // terminate, not close: a close frame would wait behind the very buffer that is the problem.
+      ws.terminate();
+      return false;
+    }
+    ws.send(text, onFlushed);
+    return true;
+  }
+
+  /** Stops taking requests, lets in-flight ones answer, then closes every socket. */
+  async close(): Promise<void> {
+    this.closing = true;
+    // Stop reading so the drain below is bounded however fast clients keep sending.
+    for (const ws of this.wss.clients) ws.pause();
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    const sockets = [...this.wss.clients];
+    for (const ws of sockets) {
+      ws.resume();
+      ws.close(CloseCode.GoingAway, 'server shutting down');
+    }
+    const closed = Promise.all(sockets.map((ws) => (ws.readyState === WebSocket.CLOSED ? null : new Promise((r) => ws.once('close', r)))));
+    await Promise.race([closed, delay(CLOSE_GRACE_MS)]);
+    for (const ws of this.wss.clients) ws.terminate();
+    await new Promise<void>((resolve) => this.wss.close(() => resolve()));
+  }
+
+  private accept(ws: WebSocket): void {
+    const session = new WsSession(ws, this);
+    const bucket = new TokenBucket(this.ctx.config.rateLimit, this.ctx.clock);
+    this.ctx.hub.add(session);
+    ws.on('message', (data, isBinary) => {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      if (isBinary) {
+        ws.close(CloseCode.Unsupported, 'binary frames are not accepted');
+        return;
+      }
+      this.track(this.onText(session, bucket, data));
+    });
+    ws.on('close', () => this.ctx.hub.remove(session));
+    ws.on('error', (err) => this.ctx.log.debug('socket error', { sessionId: session.id, err }));
+  }
+
+  private async onText(session: WsSession, bucket: TokenBucket, data: RawData): Promise<void> {
+    const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+    const reject = this.rejection(session, bucket, bytes.length);
+    const { response, afterAnswer } = await this.dispatcher.dispatch(session, bytes.toString('utf8'), reject);
+    if (!(await this.flush(session, JSON.stringify(response)))) return;
+    for (const fn of afterAnswer) {
+      try {
+        await fn();
+      } catch (err) {
+        this.ctx.log.error('after-answer work failed', { op: response.op, sessionId: session.id, err });
+      }
+    }
+  }
+
+  /** The error a frame gets before its op is even looked at, if any. */
+  private rejection(session: WsSession, bucket: TokenBucket, size: number): ShineError | undefined {
+    if (this.closing) return new ShineError('OVERLOADED', 'server is shutting down');
+    if (!bucket.take()) return new ShineError('RATE_LIMITED', 'too many requests on this connection');
+    // Server sessions may send frames up to the 4 MiB the socket accepts; clients up to 1 MiB.
+    if (!session.serverLogin && size > MAX_CLIENT_FRAME) return new ShineError('TOO_LARGE', `a request may be at most ${MAX_CLIENT_FRAME} bytes`);
+    return undefined;
+  }
+
+  /** Resolves true once the text has been handed to the OS, false if the socket went away first. */
+  private flush(session: WsSession, text: string): Promise<boolean> {
+    return new Promise((resolve) => {
+      if (!this.write(session, text, (err) => resolve(!err))) resolve(false);
+    });
+  }
+
+  private track(work: Promise<void>): void {
+    const tracked = work.catch((err: unknown) => this.ctx.log.error('frame handling failed', { err }));
+    this.inFlight.add(tracked);
+    void tracked.finally(() => this.inFlight.delete(tracked));
+  }
+}

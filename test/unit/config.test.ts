@@ -1,0 +1,157 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { bindConfigToPort, ConfigError, resolveConfig } from '../../src/server/config/config.js';
+import { configInputFromEnv } from '../../src/server/config/env.js';
+
+describe('resolveConfig', () => {
+  it('fills every SPEC §10 default', () => {
+    const c = resolveConfig({});
+    assert.equal(c.host, '127.0.0.1');
+    assert.equal(c.port, 8080);
+    assert.equal(c.serverLogin, 'local');
+    assert.equal(c.publicWsUrl, 'ws://127.0.0.1:8080/ws');
+    assert.equal(c.dataDir, './data');
+    assert.deepEqual(c.db, { kind: 'sqlite', path: join('./data', 'shine.sqlite') });
+    assert.equal(c.serverKeySeedB64, undefined);
+    assert.equal(c.directoryFile, undefined);
+    assert.deepEqual(c.peers, []);
+    assert.equal(c.s2sAuth, 'required');
+    assert.equal(c.adminToken, undefined);
+    assert.deepEqual(c.retryScheduleMs, [0, 30_000, 300_000, 1_500_000, 3_600_000]);
+    assert.deepEqual(c.peerCheckAttempts, [3, 4, 5]);
+    assert.equal(c.workerTickMs, 5_000);
+    assert.equal(c.s2sTimeoutMs, 10_000);
+    assert.equal(c.firstAttemptWaitMs, 3_000);
+    assert.equal(c.syncIntervalMs, 21_600_000);
+    assert.equal(c.sqliteSync, 'full');
+    assert.equal(c.logLevel, 'info');
+    assert.deepEqual(c.rateLimit, { perSecond: 200, burst: 400 });
+    assert.equal(c.authChallengeTtlMs, 60_000);
+    assert.equal(c.maxTimeSkewMs, 300_000);
+    assert.equal(c.deviceForgetMs, 30 * 24 * 3600 * 1000);
+  });
+
+  it('derives the db path from dataDir and parses text forms', () => {
+    const c = resolveConfig({
+      dataDir: '/srv/shine',
+      port: '9000',
+      retryScheduleMs: '0, 10, 20',
+      peerCheckAttempts: '2,3',
+      peers: 'beta=ws://beta:1/ws, gamma=wss://gamma.example/ws',
+      rateLimit: { burst: 10 },
+    });
+    assert.deepEqual(c.db, { kind: 'sqlite', path: '/srv/shine/shine.sqlite' });
+    assert.equal(c.port, 9000);
+    assert.deepEqual(c.retryScheduleMs, [0, 10, 20]);
+    assert.deepEqual(c.peerCheckAttempts, [2, 3]);
+    assert.deepEqual(c.peers, [
+      { serverLogin: 'beta', wsUrl: 'ws://beta:1/ws' },
+      { serverLogin: 'gamma', wsUrl: 'wss://gamma.example/ws' },
+    ]);
+    assert.deepEqual(c.rateLimit, { perSecond: 200, burst: 10 });
+    assert.deepEqual(resolveConfig({ db: 'sqlite:/tmp/x.db' }).db, { kind: 'sqlite', path: '/tmp/x.db' });
+    assert.deepEqual(resolveConfig({ db: 'postgres://u@h/db' }).db, { kind: 'postgres', url: 'postgres://u@h/db' });
+  });
+
+  it('leaves publicWsUrl to be filled after a port-0 server listens', () => {
+    const c = resolveConfig({ port: 0, host: '::1' });
+    assert.equal(c.publicWsUrl, '');
+    const bound = bindConfigToPort(c, 4321);
+    assert.equal(bound.port, 4321);
+    assert.equal(bound.publicWsUrl, 'ws://[::1]:4321/ws');
+    const explicit = bindConfigToPort(resolveConfig({ port: 0, publicWsUrl: 'wss://chat.example/ws' }), 4321);
+    assert.equal(explicit.publicWsUrl, 'wss://chat.example/ws');
+    assert.equal(bindConfigToPort(resolveConfig({ port: 8081 }), 1).port, 8081);
+  });
+
+  const bad: [string, Parameters<typeof resolveConfig>[0], RegExp][] = [
+    ['unknown key', { prot: 1 } as never, /config prot: unknown setting/],
+    ['bad serverLogin', { serverLogin: 'Bad Login' }, /serverLogin/],
+    ['port out of range', { port: 70_000 }, /port/],
+    ['port not a number', { port: '80a' }, /port/],
+    ['schedule not starting at 0', { retryScheduleMs: [10, 20] }, /retryScheduleMs: must start with 0/],
+    ['schedule not increasing', { retryScheduleMs: '0,20,20' }, /retryScheduleMs: must be strictly increasing/],
+    ['schedule empty', { retryScheduleMs: [] }, /retryScheduleMs/],
+    ['peer check past the schedule', { retryScheduleMs: '0,1', peerCheckAttempts: '3' }, /peerCheckAttempts/],
+    ['bad db', { db: 'mysql://x' }, /config db/],
+    ['bad s2sAuth', { s2sAuth: 'maybe' }, /s2sAuth/],
+    ['bad sqliteSync', { sqliteSync: 'off' }, /sqliteSync/],
+    ['bad logLevel', { logLevel: 'loud' }, /logLevel/],
+    ['bad publicWsUrl', { publicWsUrl: 'http://x/ws' }, /publicWsUrl/],
+    ['bad peers', { peers: 'beta' }, /peers/],
+    ['peer is this server', { serverLogin: 'alpha', peers: 'alpha=ws://a/ws' }, /peers/],
+    ['bad seed', { serverKeySeedB64: 'AAAA' }, /serverKeySeedB64/],
+    ['bad rate limit', { rateLimit: { perSecond: 0 } }, /rateLimit.perSecond/],
+  ];
+  for (const [name, input, message] of bad) {
+    it(`rejects ${name}`, () => {
+      assert.throws(() => resolveConfig(input), (err: Error) => err instanceof ConfigError && message.test(err.message));
+    });
+  }
+});
+
+describe('configInputFromEnv', () => {
+  it('maps the SPEC §10 variables and ignores empty ones', () => {
+    const input = configInputFromEnv({
+      SHINE_HOST: '0.0.0.0',
+      SHINE_PORT: '9999',
+      SHINE_SERVER_LOGIN: 'alpha',
+      SHINE_PUBLIC_WS_URL: 'wss://alpha.example/ws',
+      SHINE_DATA_DIR: '/var/shine',
+      SHINE_DB: 'sqlite:/var/shine/db.sqlite',
+      SHINE_SERVER_KEY_SEED_B64: Buffer.alloc(32, 1).toString('base64'),
+      SHINE_DIRECTORY_FILE: '/etc/shine/dir.json',
+      SHINE_PEERS: 'beta=ws://beta/ws',
+      SHINE_S2S_AUTH: 'off',
+      SHINE_ADMIN_TOKEN: 'tok',
+      SHINE_RETRY_SCHEDULE_MS: '0,100',
+      SHINE_PEER_CHECK_ATTEMPTS: '2',
+      SHINE_WORKER_TICK_MS: '50',
+      SHINE_S2S_TIMEOUT_MS: '60',
+      SHINE_FIRST_ATTEMPT_WAIT_MS: '70',
+      SHINE_SYNC_INTERVAL_MS: '80',
+      SHINE_SQLITE_SYNC: 'normal',
+      SHINE_LOG_LEVEL: 'debug',
+      SHINE_UNRELATED: 'x',
+      PATH: '/bin',
+    });
+    const c = resolveConfig(input);
+    assert.equal(c.host, '0.0.0.0');
+    assert.equal(c.port, 9999);
+    assert.equal(c.serverLogin, 'alpha');
+    assert.equal(c.publicWsUrl, 'wss://alpha.example/ws');
+    assert.equal(c.dataDir, '/var/shine');
+    assert.deepEqual(c.db, { kind: 'sqlite', path: '/var/shine/db.sqlite' });
+    assert.equal(c.serverKeySeedB64, Buffer.alloc(32, 1).toString('base64'));
+    assert.equal(c.directoryFile, '/etc/shine/dir.json');
+    assert.deepEqual(c.peers, [{ serverLogin: 'beta', wsUrl: 'ws://beta/ws' }]);
+    assert.equal(c.s2sAuth, 'off');
+    assert.equal(c.adminToken, 'tok');
+    assert.deepEqual(c.retryScheduleMs, [0, 100]);
+    assert.deepEqual(c.peerCheckAttempts, [2]);
+    assert.deepEqual([c.workerTickMs, c.s2sTimeoutMs, c.firstAttemptWaitMs, c.syncIntervalMs], [50, 60, 70, 80]);
+    assert.equal(c.sqliteSync, 'normal');
+    assert.equal(c.logLevel, 'debug');
+    assert.deepEqual(configInputFromEnv({ SHINE_ADMIN_TOKEN: '', SHINE_PORT: '' }), {});
+  });
+
+  it('merges SHINE_CONFIG_FILE under the environment', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'shine-config-'));
+    try {
+      const file = join(dir, 'shine.json');
+      await writeFile(file, JSON.stringify({ port: 7000, serverLogin: 'fromfile', rateLimit: { perSecond: 5, burst: 5 } }));
+      const c = resolveConfig(configInputFromEnv({ SHINE_CONFIG_FILE: file, SHINE_SERVER_LOGIN: 'fromenv' }));
+      assert.equal(c.port, 7000);
+      assert.equal(c.serverLogin, 'fromenv');
+      assert.deepEqual(c.rateLimit, { perSecond: 5, burst: 5 });
+      await writeFile(file, '[1]');
+      assert.throws(() => configInputFromEnv({ SHINE_CONFIG_FILE: file }), /SHINE_CONFIG_FILE/);
+      assert.throws(() => configInputFromEnv({ SHINE_CONFIG_FILE: join(dir, 'missing.json') }), /SHINE_CONFIG_FILE/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
