@@ -11,7 +11,7 @@ import { OpRegistry } from './api/registry.js';
 import type { Clock } from './clock.js';
 import { systemClock } from './clock.js';
 import type { Config, ConfigInput } from './config/config.js';
-import { bindConfigToPort, resolveConfig } from './config/config.js';
+import { UNFEDERATED_SERVER_LOGIN, bindConfigToPort, resolveConfig } from './config/config.js';
 import type { AppContext } from './context.js';
 import { sodiumVerifier } from './crypto/verifier.js';
 import { Directory } from './directory/service.js';
@@ -24,6 +24,13 @@ import { SessionHub } from './sessions.js';
 import { openSqliteStore } from './store/sqlite/store.js';
 import type { Store } from './store/types.js';
 import { Transport } from './transport/server.js';
+import { adminApi } from './api/admin.js';
+import { federationOps } from './api/federation.js';
+import { replicationOps } from './api/replication.js';
+import { DeliveryEngine } from './delivery/engine.js';
+import { PeerPool } from './federation/peer-client.js';
+import { FederationService } from './federation/service.js';
+import { ReplicationService } from './replication/service.js';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -51,16 +58,13 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
 
   await mkdir(resolved.dataDir, { recursive: true });
   const store = await openStore(resolved);
-  let transport: Transport | null = null;
-  let dm: DmService | null = null;
-  // Requests drain before the services they use stop, and those before the store closes.
+  // Stopped in reverse order of start: requests drain before the services they use stop, and those
+  // before the store closes.
+  const stoppers: [string, () => Promise<void> | void][] = [['store', () => store.close()]];
   const shutdown = async () => {
-    const [t, d] = [transport, dm];
-    const steps: [string, () => Promise<void> | void][] = [
-      ['transport', () => t?.close()],
-      ['dm', () => d?.close()],
-      ['store', () => store.close()],
-    ];
+    const steps = stoppers.splice(0).reverse();
+    // The listener opened early, but its requests must drain before anything else stops.
+    steps.sort((a, b) => Number(b[0] === 'transport') - Number(a[0] === 'transport'));
     for (const [name, step] of steps) {
       try {
         await step();
@@ -73,24 +77,53 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
   try {
     await store.migrate();
     const serverKey = await loadServerKey({ dataDir: resolved.dataDir, seedB64: resolved.serverKeySeedB64 });
-    transport = new Transport();
+    const transport = new Transport();
     const port = await transport.listen(resolved.host, resolved.port);
+    stoppers.push(['transport', () => transport.close()]);
     const config = bindConfigToPort(resolved, port);
 
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
     const directory = new Directory({ config, store, clock, verifier, log, serverKey });
-    const dmService = (dm = new DmService({ config, clock, store, hub, directory, verifier, log }));
+    let delivery: DeliveryEngine | null = null;
+    const peers = new PeerPool({
+      serverLogin: config.serverLogin,
+      sign: (text) => serverKey.sign(text),
+      clock,
+      log,
+      timeoutMs: config.s2sTimeoutMs,
+      resolveUrl: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
+      onPeerAlive: (server) => void delivery?.peerAlive(server),
+    });
+    stoppers.push(['peers', () => peers.close()]);
+    directory.attachPeers(peers);
+    delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics });
+    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
+    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log });
+    const replication = new ReplicationService({ config, clock, store, directory, dm, federation, peers, log, metrics });
     const registry = new OpRegistry()
-      .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dmService.onLogin(session) }))
+      .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dm.onLogin(session) }))
       .add(directoryOps(directory))
-      .add(dmOps(dmService));
-    const ctx: AppContext = { config, clock, log, metrics, store, hub, verifier, serverKey, directory, dm: dmService, registry, adminRoutes: [] };
+      .add(dmOps(dm))
+      .add(federationOps(federation))
+      .add(replicationOps(replication));
+    const adminRoutes = adminApi({ store, replication });
+    const ctx: AppContext = { config, clock, log, metrics, store, hub, verifier, serverKey, directory, dm, registry, adminRoutes };
 
     await directory.start();
-    dmService.start();
+    dm.start();
+    stoppers.push(['dm', () => dm.close()]);
+    const federated = config.serverLogin !== UNFEDERATED_SERVER_LOGIN;
+    if (federated) {
+      delivery.start();
+      stoppers.push(['delivery', () => delivery.close()]);
+    }
     transport.serve(ctx);
+    if (federated) {
+      replication.start();
+      stoppers.push(['replication', () => replication.close()]);
+    }
 
     const httpUrl = `http://${urlHost(config.host)}:${port}`;
     const wsUrl = `ws://${urlHost(config.host)}:${port}/ws`;

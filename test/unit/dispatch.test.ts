@@ -31,7 +31,7 @@ function setup(serverLogin = 'alpha') {
       },
     }),
   });
-  const dispatcher = new Dispatcher(registry, createLogger('debug', (l) => lines.push(l)), metrics, serverLogin);
+  const dispatcher = new Dispatcher(registry, createLogger('debug', (l) => lines.push(l)), metrics, { serverLogin, s2sAuth: 'required' });
   const send = (session: Session, payload: unknown, opName = 'Echo') => dispatcher.dispatch(session, JSON.stringify({ op: opName, requestId: 'r1', payload }));
   return { dispatcher, lines, metrics, send };
 }

@@ -51,7 +51,7 @@ export function authOps(deps: AuthDeps): OpGroup {
         const challenge = session.challenge;
         session.challenge = null;
         if (!challenge || clock.now() > challenge.expiresAtMs) throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
-        const user = await directory.lookup(login);
+        const user = await directory.lookup(login, { noImport: true });
         const text = authSigningText({ server: config.serverLogin, challengeB64: challenge.challengeB64, login, deviceId });
         if (!user || !verifyText(text, signatureB64, user.profile.signKeyB64, verifier)) {
           throw new ShineError('AUTH_FAILED', 'unknown login or bad signature');

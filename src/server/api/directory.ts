@@ -19,8 +19,9 @@ export function directoryOps(directory: Directory): OpGroup {
     GetUserProfile: op({
       auth: 'none',
       schema: opSchemas.GetUserProfile,
-      async handle({ login }): Promise<OpResults['GetUserProfile']> {
-        const profile = await directory.getProfile(login);
+      async handle({ login }, session): Promise<OpResults['GetUserProfile']> {
+        // Servers get only what this server knows: an import on their behalf could loop between servers.
+        const profile = await directory.getProfile(login, { noImport: session.serverLogin !== null });
         if (!profile) throw new ShineError('USER_NOT_FOUND', `no user ${login}`);
         return { profile };
       },

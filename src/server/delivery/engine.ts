@@ -11,7 +11,9 @@ import type { DeliveryState, DeliveryStateChangedEvent } from '../../protocol/op
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
+import { PROFILE_REFRESH_MS } from '../directory/service.js';
 import type { Logger } from '../log.js';
+import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { SessionHub } from '../sessions.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
 
@@ -28,6 +30,7 @@ export interface DeliveryDeps {
   directory: Directory;
   peers: PeerCaller;
   log: Logger;
+  metrics: Metrics;
 }
 
 export interface DeliveryOptions {
@@ -56,8 +59,11 @@ export class DeliveryEngine {
   private closed = false;
   private readonly poolSize: number;
   private readonly queueSize: number;
-  /** Attempts made by this process, by outcome, for metrics. */
-  readonly stats = { attempts: 0, delivered: 0, failed: 0, retried: 0 };
+  private readonly attempts: Counter;
+  private readonly callSeconds: Histogram;
+  private readonly s2sErrors: Counter;
+  private byState: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
+  private countedAtMs = -Infinity;
 
   constructor(
     private readonly deps: DeliveryDeps,
@@ -65,6 +71,13 @@ export class DeliveryEngine {
   ) {
     this.poolSize = opts.poolSize ?? 32;
     this.queueSize = opts.queueSize ?? 1024;
+    const m = deps.metrics;
+    this.attempts = m.counter('delivery_attempts_total', 'Worker delivery attempts, by outcome (delivered, retry, failed, extra)');
+    this.callSeconds = m.histogram('delivery_call_seconds', 'Duration of one ReceiveIncomingMessage call to a recipient server');
+    this.s2sErrors = m.counter('s2s_errors_total', 'Failed server-to-server calls made for delivery, by peer');
+    m.gauge('delivery_rows', 'Delivery rows by state (refreshed at most every 30 s)', () => Object.entries(this.byState).map(([state, n]) => [{ state }, n]));
+    m.gauge('delivery_queue_depth', 'Claimed rows waiting for the attempt pool', () => this.queue.length);
+    m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.running);
   }
 
   /** Starts the periodic worker; its first pass runs at once (rows left by a previous run). */
@@ -120,10 +133,15 @@ export class DeliveryEngine {
     return new Promise((resolve) => {
       let pending = routes.length;
       for (const server of routes) {
+        const started = performance.now();
         this.track(
           this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
-            () => resolve(true),
+            () => {
+              this.callSeconds.observe((performance.now() - started) / 1000);
+              resolve(true);
+            },
             (err: unknown) => {
+              this.s2sErrors.inc({ peer: server });
               this.deps.log.debug('delivery call failed', { server, err: String(err) });
               if (--pending === 0) resolve(false);
             },
@@ -139,6 +157,10 @@ export class DeliveryEngine {
     const room = this.queueSize - this.queue.length;
     if (room <= 0 || this.closed) return 0;
     const now = clock.now();
+    if (now - this.countedAtMs >= 30_000) {
+      this.countedAtMs = now;
+      this.byState = await store.countDeliveriesByState();
+    }
     const due = await store.dueDeliveries(now, room);
     // A lease outlives one attempt: optional peer check plus the parallel calls, each bounded by the timeout.
     const leaseUntil = now + 3 * config.s2sTimeoutMs;
@@ -178,7 +200,6 @@ export class DeliveryEngine {
     while (due + 1 < schedule.length && row.acceptedAtMs + schedule[due + 1]! <= now) due++;
     // The row's attempt index past the schedule means its last regular attempt is the one now due.
     const regular = due >= row.attempt || row.attempt >= schedule.length;
-    this.stats.attempts++;
 
     const copy = await store.getCopy(incomingKeyOf(row.outgoingKey));
     if (!copy || copy.revisionTimeMs !== row.revisionTimeMs || copy.reencryptedAtMs !== row.reencryptedAtMs) {
@@ -192,7 +213,7 @@ export class DeliveryEngine {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
-    const recipient = await directory.lookup(row.recipientLogin);
+    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: PROFILE_REFRESH_MS });
     const routes = recipient ? recipient.accessServers.filter((s) => s !== config.serverLogin) : [];
     const delivered =
       (recipient?.accessServers.includes(config.serverLogin) ?? false) ||
@@ -205,7 +226,6 @@ export class DeliveryEngine {
     } else if (due + 1 >= schedule.length) {
       await this.finish(row, { state: 'failed', attempt: due + 1, nextAttemptAtMs: null, lastError: 'no route answered' });
     } else {
-      this.stats.retried++;
       await this.finish(row, { state: 'accepted', attempt: due + 1, nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!, lastError: 'no route answered' });
     }
   }
@@ -224,8 +244,8 @@ export class DeliveryEngine {
   private async finish(row: DeliveryRow, update: DeliveryUpdate): Promise<void> {
     const ok = await this.deps.store.finishDelivery(row.outgoingKey, row.rowVersion, update, this.deps.clock.now());
     if (!ok) return; // a newer revision or another path changed the row meanwhile
-    if (update.state === 'delivered') this.stats.delivered++;
-    if (update.state === 'failed') this.stats.failed++;
+    const extra = update.state === 'accepted' && update.attempt === row.attempt;
+    this.attempts.inc({ outcome: update.state === 'accepted' ? (extra ? 'extra' : 'retry') : update.state });
     if (update.state !== row.state) this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state);
   }
 

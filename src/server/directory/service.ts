@@ -10,6 +10,7 @@ import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import { descriptorSigningText, profileShapeProblem, verifyDescriptor, verifyProfile } from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
 import type { Clock } from '../clock.js';
+import type { PeerCaller } from '../delivery/engine.js';
 import type { Config } from '../config/config.js';
 import type { ServerKey } from '../keys.js';
 import { KeyedMutex } from '../keyed-mutex.js';
@@ -23,6 +24,8 @@ export interface DirectoryDeps {
   verifier: SignatureVerifier;
   log: Logger;
   serverKey: ServerKey;
+  /** HTTP client for peers' descriptors; the global fetch by default. */
+  fetch?: typeof fetch;
 }
 
 /** A known user with the profile's keys already decoded. */
@@ -44,13 +47,24 @@ export interface HasAccessServers {
 // made by the others; updates made by this process invalidate at once.
 const CACHE_TTL_MS = 10_000;
 const CACHE_LIMIT = 10_000;
+// An unknown login is not asked for again this soon, so USER_NOT_FOUND cannot be turned into a flood.
+const MISS_TTL_MS = 30_000;
+/** A remote recipient's profile older than this is refreshed before a delivery attempt (SPEC §4). */
+export const PROFILE_REFRESH_MS = 60_000;
 
 export class Directory {
   private readonly cache = new Map<string, { entry: DirectoryEntry; cachedAtMs: number }>();
   private readonly profileLock = new KeyedMutex();
   private self: ServerDescriptor | null = null;
+  private readonly misses = new Map<string, number>();
+  private peers: PeerCaller | null = null;
 
   constructor(private readonly deps: DirectoryDeps) {}
+
+  /** Enables import of remote profiles through the server-to-server channel (built after the directory). */
+  attachPeers(peers: PeerCaller): void {
+    this.peers = peers;
+  }
 
   /** Publishes this server's descriptor to its own table and loads the static directory file, if any. */
   async start(): Promise<void> {
@@ -69,8 +83,23 @@ export class Directory {
     return this.self;
   }
 
-  /** The user's current profile and decoded keys, or null when this server does not know the login. */
-  async lookup(login: string): Promise<DirectoryEntry | null> {
+  /**
+   * The user's current profile and decoded keys: known here, or else imported from the known servers
+   * (SPEC §4). With refreshAfterMs, an imported profile older than that is refreshed from its access
+   * servers first, so route changes are followed.
+   */
+  async lookup(login: string, opts: { refreshAfterMs?: number; noImport?: boolean } = {}): Promise<DirectoryEntry | null> {
+    const known = await this.lookupKnown(login);
+    if (!known) return opts.noImport ? null : this.importProfile(login);
+    const { refreshAfterMs } = opts;
+    if (refreshAfterMs !== undefined && known.source === 'imported' && this.deps.clock.now() - known.fetchedAtMs > refreshAfterMs) {
+      return (await this.refresh(known)) ?? known;
+    }
+    return known;
+  }
+
+  /** The user as this server knows it, without asking anyone. */
+  private async lookupKnown(login: string): Promise<DirectoryEntry | null> {
     if (!isValidLogin(login)) return null;
     const now = this.deps.clock.now();
     const hit = this.cache.get(login);
@@ -91,17 +120,71 @@ export class Directory {
     return entry;
   }
 
-  /** The profile by login: known here, or imported from the known servers. */
-  async getProfile(login: string): Promise<UserProfile | null> {
-    return (await this.lookup(login))?.profile ?? (await this.importProfile(login));
+  /** The profile by login; noImport answers only what this server already knows (server callers). */
+  async getProfile(login: string, opts: { noImport?: boolean } = {}): Promise<UserProfile | null> {
+    return (await this.lookup(login, opts))?.profile ?? null;
   }
 
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
-   * server in the profile's own accessServers, and pins it (SPEC §4). Not built yet: always null.
+   * server in the profile's own accessServers, and pins it (SPEC §4).
    */
-  async importProfile(_login: string): Promise<UserProfile | null> {
+  async importProfile(login: string): Promise<DirectoryEntry | null> {
+    const { clock, config, store } = this.deps;
+    const peers = this.peers;
+    if (!peers || !isValidLogin(login)) return null;
+    const now = clock.now();
+    if ((this.misses.get(login) ?? 0) > now) return null;
+    const servers = new Set([...config.peers.map((p) => p.serverLogin), ...(await store.listServers()).map((r) => r.descriptor.serverLogin)]);
+    servers.delete(config.serverLogin);
+    for (const server of servers) {
+      const profile = await this.fetchProfile(peers, server, login);
+      if (!profile) continue;
+      await this.profileLock.run(login, async () => {
+        if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
+      });
+      this.deps.log.info('profile imported', { login, from: server, version: profile.version });
+      return this.lookupKnown(login);
+    }
+    if (this.misses.size >= CACHE_LIMIT) this.misses.clear();
+    this.misses.set(login, now + MISS_TTL_MS);
     return null;
+  }
+
+  /** Asks the user's access servers for a newer profile: same key, higher version (pinned). */
+  private async refresh(known: DirectoryEntry): Promise<DirectoryEntry | null> {
+    const peers = this.peers;
+    if (!peers) return null;
+    const login = known.profile.login;
+    for (const server of known.accessServers) {
+      if (server === this.deps.config.serverLogin) continue;
+      const profile = await this.fetchProfile(peers, server, login);
+      if (!profile) continue;
+      if (profile.signKeyB64 !== known.profile.signKeyB64) {
+        this.deps.log.warn('refused a profile with another key than the pinned one', { login, from: server });
+        continue;
+      }
+      await this.profileLock.run(login, async () => {
+        const stored = (await this.deps.store.getUser(login))?.profile;
+        // The same version again still renews fetchedAtMs.
+        await this.save(stored && stored.version > profile.version ? stored : profile, 'imported');
+      });
+      return this.lookupKnown(login);
+    }
+    return null;
+  }
+
+  /** One server's answer to GetUserProfile, if it is a valid profile that lists that server. */
+  private async fetchProfile(peers: PeerCaller, server: string, login: string): Promise<UserProfile | null> {
+    try {
+      const answer = await peers.call<{ profile?: unknown }>(server, 'GetUserProfile', { login });
+      const profile = this.checkedProfile(answer.profile, (problem) => new Error(problem));
+      if (profile.login !== login || !profile.accessServers.includes(server) || !verifyProfile(profile, this.deps.verifier)) return null;
+      return profile;
+    } catch (err) {
+      this.deps.log.debug('profile fetch failed', { server, login, err: String(err) });
+      return null;
+    }
   }
 
   /** True when this server is one of the access servers of the given profile or entry. */
@@ -109,9 +192,34 @@ export class Directory {
     return target.accessServers.includes(this.deps.config.serverLogin);
   }
 
-  /** A server's descriptor as this server knows it. */
+  /**
+   * A server's descriptor as this server knows it; a configured peer (SHINE_PEERS) not seen yet is
+   * fetched from its /.well-known/shine-server and pinned on first use.
+   */
   async lookupServer(serverLogin: string): Promise<ServerRecord | null> {
-    return this.deps.store.getServer(serverLogin);
+    const known = await this.deps.store.getServer(serverLogin);
+    if (known) return known;
+    const peer = this.deps.config.peers.find((p) => p.serverLogin === serverLogin);
+    if (!peer) return null;
+    const url = new URL(peer.wsUrl);
+    url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+    url.pathname = '/.well-known/shine-server';
+    try {
+      const res = await (this.deps.fetch ?? fetch)(url, { signal: AbortSignal.timeout(this.deps.config.s2sTimeoutMs) });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      const d = (await res.json()) as unknown;
+      const problem = descriptorShapeProblem(d);
+      if (problem) throw new Error(problem);
+      const descriptor = d as ServerDescriptor;
+      if (descriptor.serverLogin !== serverLogin) throw new Error(`descriptor names ${descriptor.serverLogin}`);
+      if (!verifyDescriptor(descriptor, this.deps.verifier)) throw new Error('descriptor signature does not verify');
+      await this.deps.store.putServer({ ...descriptor }, 'peer');
+      this.deps.log.info('peer descriptor pinned', { serverLogin, wsUrl: descriptor.wsUrl });
+      return { descriptor, source: 'peer' };
+    } catch (err) {
+      this.deps.log.debug('peer descriptor unavailable', { serverLogin, url: url.href, err: String(err) });
+      return null;
+    }
   }
 
   /**

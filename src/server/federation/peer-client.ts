@@ -9,15 +9,15 @@ import { toBase64 } from '../../protocol/bytes.js';
 import type { Response } from '../../protocol/envelope.js';
 import { MAX_FRAME } from '../../protocol/envelope.js';
 import { ShineError, isErrorCode } from '../../protocol/errors.js';
-import { s2sSigningText, signText } from '../../protocol/identity.js';
+import { s2sSigningText } from '../../protocol/identity.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { PeerCaller } from '../delivery/engine.js';
 import type { Logger } from '../log.js';
 
 export interface PeerPoolDeps {
   serverLogin: string;
-  /** This server's Ed25519 seed, for ServerAuth. */
-  serverSeed: Uint8Array;
+  /** Signs a text with this server's key (base64 signature), for ServerAuth. */
+  sign(text: string): string;
   clock: Clock;
   log: Logger;
   /** The ws URL of a peer server from the directory, or null when it is unknown. */
@@ -132,7 +132,7 @@ class PeerConnection {
         JSON.stringify({
           op: 'ServerAuth',
           requestId,
-          payload: { serverLogin: this.deps.serverLogin, targetServerLogin: this.peer, timestampMs, nonceB64, signatureB64: signText(text, this.deps.serverSeed) },
+          payload: { serverLogin: this.deps.serverLogin, targetServerLogin: this.peer, timestampMs, nonceB64, signatureB64: this.deps.sign(text) },
         }),
       );
     });

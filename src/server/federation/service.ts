@@ -69,7 +69,6 @@ export class FederationService {
    * A payload that names another server than the authenticated one is refused.
    */
   sourceOf(session: Session, sourceServerLogin: string | undefined): string | null {
-    this.requireConfigured();
     if (this.deps.config.s2sAuth === 'off') return sourceServerLogin ?? session.serverLogin;
     if (!session.serverLogin) throw new ShineError('NOT_AUTHENTICATED', 'ServerAuth first');
     if (sourceServerLogin !== undefined && sourceServerLogin !== session.serverLogin) {
@@ -87,7 +86,7 @@ export class FederationService {
     if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
     const copy = decodeBlob(p.incomingBlobB64);
     if (copy.messageType % 2 !== 1) throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
-    const to = await directory.lookup(copy.toLogin);
+    const to = await directory.lookup(copy.toLogin, { noImport: true });
     if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${copy.toLogin}`);
     if (!to.accessServers.includes(config.serverLogin)) {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);

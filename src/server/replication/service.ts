@@ -81,7 +81,7 @@ export class ReplicationService {
     const owner = p.ownerLogin ?? '';
     if (owner === '') throw new ShineError('EMPTY_OWNER_LOGIN', 'ownerLogin is required');
     const { config, directory } = this.deps;
-    const entry = await directory.lookup(owner);
+    const entry = await directory.lookup(owner, { noImport: true });
     if (!entry || !entry.accessServers.includes(config.serverLogin)) {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${owner}`);
     }

@@ -208,6 +208,8 @@ export interface Store {
   /** Makes accepted rows whose recipient uses serverLogin due now; returns how many. */
   wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
+  /** Rows in a state, newest first, for /debug/delivery. */
+  listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]>;
 
   // ---- replication (SPEC §7) ----
   /** Applies acks (only where the syncId is still the row's current one), then returns unsynced DM outbox rows. */

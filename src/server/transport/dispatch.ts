@@ -8,6 +8,7 @@ import { EnvelopeError, errorResponse, okResponse, parseRequest } from '../../pr
 import { ShineError } from '../../protocol/errors.js';
 import type { OpRegistry } from '../api/registry.js';
 import { UNFEDERATED_SERVER_LOGIN } from '../config/config.js';
+import type { Config } from '../config/config.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
@@ -28,8 +29,8 @@ export class Dispatcher {
     private readonly registry: OpRegistry,
     private readonly log: Logger,
     metrics: Metrics,
-    /** Server ops are refused while this is the unfederated default `local` (SPEC §5.4). */
-    private readonly serverLogin: string,
+    /** Server ops are refused while serverLogin is the unfederated `local` (SPEC §5.4); s2sAuth `off` opens them to any socket. */
+    private readonly config: Pick<Config, 'serverLogin' | 's2sAuth'>,
   ) {
     this.opsTotal = metrics.counter('ops_total', 'Requests answered, by op and status.');
     this.opSeconds = metrics.histogram('op_duration_seconds', 'Time from frame to answer, by op.');
@@ -62,11 +63,11 @@ export class Dispatcher {
 
     const def = this.registry.get(request.op);
     if (!def) return fail(request, new ShineError('UNKNOWN_OP', `unknown op ${request.op}`));
-    if (def.auth === 'server' && this.serverLogin === UNFEDERATED_SERVER_LOGIN) {
+    if (def.auth === 'server' && this.config.serverLogin === UNFEDERATED_SERVER_LOGIN) {
       return fail(request, new ShineError('LOCAL_SERVER_NOT_CONFIGURED', `this server runs as "${UNFEDERATED_SERVER_LOGIN}"; set SHINE_SERVER_LOGIN to federate`));
     }
     if (def.auth === 'user' && !session.login) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs AuthLogin first`));
-    if (def.auth === 'server' && !session.serverLogin) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
+    if (def.auth === 'server' && this.config.s2sAuth === 'required' && !session.serverLogin) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
     const parsed = def.schema.safeParse(request.payload);
     if (!parsed.success) return fail(request, new ShineError('BAD_FIELDS', describeIssues(parsed.error)));
 

@@ -48,7 +48,7 @@ export class WsGateway {
   private closing = false;
 
   constructor(private readonly ctx: AppContext) {
-    this.dispatcher = new Dispatcher(ctx.registry, ctx.log, ctx.metrics, ctx.config.serverLogin);
+    this.dispatcher = new Dispatcher(ctx.registry, ctx.log, ctx.metrics, ctx.config);
     this.slowClosed = ctx.metrics.counter('ws_slow_consumer_closed_total', 'Sockets closed because their send buffer grew too large.');
     ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
   }

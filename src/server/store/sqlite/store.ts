@@ -542,6 +542,11 @@ export class SqliteStore implements Store {
     });
   }
 
+  async listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]> {
+    const rows = this.sql('SELECT * FROM dm_delivery_state WHERE state = ? ORDER BY accepted_at_ms DESC LIMIT ?').all(state, limit) as DeliveryDbRow[];
+    return rows.map(toDeliveryRow);
+  }
+
   // ---- per-device delivery ----
 
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }> {
