@@ -10,6 +10,7 @@ import { startServer } from '../../src/server/app.js';
 import type { Clock } from '../../src/server/clock.js';
 import type { ConfigInput } from '../../src/server/config/config.js';
 import type { Logger } from '../../src/server/log.js';
+import { freePort } from './server-process.js';
 
 export interface NetworkServerSpec extends ConfigInput {
   /** Overrides the network's clock for this server. */
@@ -21,10 +22,20 @@ export interface NetworkOptions {
   servers: NetworkServerSpec[];
   /** Shared by every server that does not bring its own. */
   clock?: Clock;
+  /**
+   * Federate the servers: each gets a port chosen up front and SHINE_PEERS naming all the others
+   * (unless its spec sets peers), so descriptors are fetched and pinned on first use.
+   */
+  federate?: boolean;
 }
 
 export interface TestNetwork extends AsyncDisposable {
+  /** The running servers by index; a stopped one keeps its last entry until started again. */
   readonly servers: RunningServer[];
+  /** Stops server i (its port and data stay reserved for start). */
+  stop(i: number): Promise<void>;
+  /** Starts server i again on the same port and data directory. */
+  start(i: number): Promise<RunningServer>;
   /** Stops every server and removes their data directories. */
   close(): Promise<void>;
 }
@@ -35,35 +46,57 @@ export interface TestNetwork extends AsyncDisposable {
  */
 export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
   const servers: RunningServer[] = [];
+  const running = new Set<number>();
   const dirs: string[] = [];
+  const inputs: { input: ConfigInput; clock: Clock | undefined; log: Logger | undefined }[] = [];
   let closing: Promise<void> | null = null;
+  const stop = async (i: number): Promise<void> => {
+    if (!running.delete(i)) return;
+    await servers[i]!.close();
+  };
+  const start = async (i: number): Promise<RunningServer> => {
+    const { input, clock, log } = inputs[i]!;
+    const server = await startServer(input, { clock, log });
+    servers[i] = server;
+    running.add(i);
+    // A port-0 server keeps the port it got, so a restart is reachable where it was.
+    input.port = server.port;
+    return server;
+  };
   const close = () =>
     (closing ??= (async () => {
-      for (const s of [...servers].reverse()) await s.close();
+      for (const i of [...running].sort((a, b) => b - a)) await stop(i);
       await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
     })());
 
   try {
+    const ports = opts.federate ? await Promise.all(opts.servers.map(() => freePort())) : [];
+    const logins = opts.servers.map((spec, i) => spec.serverLogin ?? `server${i + 1}`);
     for (const [i, spec] of opts.servers.entries()) {
-      const { clock = opts.clock, log, ...input } = spec;
+      const { clock = opts.clock, log, ...rest } = spec;
       const dataDir = await mkdtemp(join(tmpdir(), 'shine-test-'));
       dirs.push(dataDir);
-      const server = await startServer(
-        {
-          serverLogin: `server${i + 1}`,
-          host: '127.0.0.1',
-          port: 0,
-          dataDir,
-          logLevel: process.env.SHINE_TEST_LOG_LEVEL ?? 'silent',
-          ...input,
-        },
-        { clock, log },
-      );
-      servers.push(server);
+      const peers = opts.federate
+        ? logins
+            .map((login, j) => (j === i ? null : `${login}=ws://127.0.0.1:${ports[j]}/ws`))
+            .filter((p) => p !== null)
+            .join(',')
+        : undefined;
+      const input: ConfigInput = {
+        serverLogin: logins[i],
+        host: '127.0.0.1',
+        port: ports[i] ?? 0,
+        dataDir,
+        logLevel: process.env.SHINE_TEST_LOG_LEVEL ?? 'silent',
+        ...(peers ? { peers } : {}),
+        ...rest,
+      };
+      inputs.push({ input, clock, log });
+      await start(i);
     }
   } catch (err) {
     await close();
     throw err;
   }
-  return { servers, close, [Symbol.asyncDispose]: close };
+  return { servers, stop, start, close, [Symbol.asyncDispose]: close };
 }
