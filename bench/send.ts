@@ -6,7 +6,9 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
  * client, 1), BENCH_SYNC (full,normal).
  */
-import os from 'node:os';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os, { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import WebSocket from 'ws';
 import { makeProfile, createIdentity } from '../src/client/identity.js';
 import { ShineClient } from '../src/client/client.js';
@@ -20,7 +22,10 @@ const WINDOW = Number(process.env.BENCH_WINDOW ?? 1);
 const LEVELS = (process.env.BENCH_SYNC ?? 'full,normal').split(',') as ('full' | 'normal')[];
 
 async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
-  await using server = await startServerProcess({ env: { SHINE_SQLITE_SYNC: sync, SHINE_LOG_LEVEL: 'warn' } });
+  // The per-connection client rate limit (200/s) would cap a load generator, not the server.
+  const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
+  writeFileSync(configFile, JSON.stringify({ rateLimit: { perSecond: 1_000_000, burst: 1_000_000 } }));
+  await using server = await startServerProcess({ env: { SHINE_SQLITE_SYNC: sync, SHINE_LOG_LEVEL: 'warn', SHINE_CONFIG_FILE: configFile } });
   const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
   const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
   const clients: ShineClient[] = [];

@@ -93,6 +93,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       clock,
       log,
       timeoutMs: config.s2sTimeoutMs,
+      // Backing off never swallows more than half of the shortest retry gap.
+      reconnectMaxMs: Math.min(30_000, Math.max(100, (config.retryScheduleMs[1] ?? 60_000) / 2)),
       resolveUrl: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
       onPeerAlive: (server) => void delivery?.peerAlive(server),
     });

@@ -127,7 +127,8 @@ export class WsGateway {
   /** The error a frame gets before its op is even looked at, if any. */
   private rejection(session: WsSession, bucket: TokenBucket, size: number): ShineError | undefined {
     if (this.closing) return new ShineError('OVERLOADED', 'server is shutting down');
-    if (!bucket.take()) return new ShineError('RATE_LIMITED', 'too many requests on this connection');
+    // An authenticated peer server multiplexes all its traffic over one socket: no per-connection limit.
+    if (!session.serverLogin && !bucket.take()) return new ShineError('RATE_LIMITED', 'too many requests on this connection');
     // Server sessions may send frames up to the 4 MiB the socket accepts; clients up to 1 MiB.
     if (!session.serverLogin && size > MAX_CLIENT_FRAME) return new ShineError('TOO_LARGE', `a request may be at most ${MAX_CLIENT_FRAME} bytes`);
     return undefined;
