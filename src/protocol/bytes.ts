@@ -4,8 +4,14 @@ const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
 const B64_LOOKUP = new Int16Array(128).fill(-1);
 for (let i = 0; i < B64.length; i++) B64_LOOKUP[B64.charCodeAt(i)] = i;
 
+/** The part of Node's Buffer used here; this module imports nothing from Node so browsers can load it. */
+interface BufferApi {
+  from(data: ArrayBufferLike, byteOffset: number, length: number): { toString(encoding: 'base64'): string };
+  from(text: string, encoding: 'base64'): Uint8Array & { toString(encoding: 'base64'): string };
+}
+
 /** Node's Buffer when present (much faster than the portable code); absent in browsers. */
-const NodeBuffer = (globalThis as { Buffer?: typeof import('node:buffer').Buffer }).Buffer;
+const NodeBuffer = (globalThis as { Buffer?: BufferApi }).Buffer;
 
 /** Standard base64 with padding. */
 export function toBase64(bytes: Uint8Array): string {

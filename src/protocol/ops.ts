@@ -23,6 +23,16 @@ const profile = z.object({
 /** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
 const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
 
+/** The fields both sync protocols share (SPEC §7); each adds its own cursor key. */
+const syncBatch = z.object({
+  ownerLogin: z.string().max(64).optional(),
+  afterStoredAtMs: ms.optional(),
+  limit: z.number().int().optional(),
+  maxBytes: z.number().int().min(1).optional(),
+  ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
+  sourceServerLogin: z.string().max(64).optional(),
+});
+
 export const opSchemas = {
   AuthChallenge: z.object({}),
   AuthLogin: z.object({ login: z.string().min(1).max(64), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
@@ -57,24 +67,8 @@ export const opSchemas = {
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
     sourceServerLogin: z.string().max(64).optional(),
   }),
-  DmSyncBatch: z.object({
-    ownerLogin: z.string().max(64).optional(),
-    afterStoredAtMs: ms.optional(),
-    afterMessageKey: z.string().max(256).optional(),
-    limit: z.number().int().optional(),
-    maxBytes: z.number().int().min(1).optional(),
-    ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
-    sourceServerLogin: z.string().max(64).optional(),
-  }),
-  UserSettingsSyncBatch: z.object({
-    ownerLogin: z.string().max(64).optional(),
-    afterStoredAtMs: ms.optional(),
-    afterKey: z.string().max(128).optional(),
-    limit: z.number().int().optional(),
-    maxBytes: z.number().int().min(1).optional(),
-    ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
-    sourceServerLogin: z.string().max(64).optional(),
-  }),
+  DmSyncBatch: syncBatch.extend({ afterMessageKey: z.string().max(256).optional() }),
+  UserSettingsSyncBatch: syncBatch.extend({ afterKey: z.string().max(128).optional() }),
   MarkAllUserSettingsUnsynced: z.object({ ownerLogin: z.string().max(64).optional(), sourceServerLogin: z.string().max(64).optional() }),
 } as const;
 

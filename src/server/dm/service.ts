@@ -22,7 +22,7 @@ import type { Directory } from '../directory/service.js';
 import { PROFILE_REFRESH_MS } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { Session, SessionHub } from '../sessions.js';
-import type { CopyResult, StoredCopy, Store } from '../store/types.js';
+import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 
 export interface DmDeps {
   config: Config;
@@ -120,32 +120,12 @@ export class DmService {
   async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: Session): Promise<PairAnswer> {
     const login = session.login!;
     const pair = await this.checkPair(op, payload, login);
-    const { config, clock, store, delivery, directory } = this.deps;
-    const now = clock.now();
-    const recipient = pair.incoming.toLogin;
-    const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
-    const routes = delivery ? pair.recipientServers.filter((s) => s !== config.serverLogin) : [];
+    const { config, clock, delivery, directory } = this.deps;
+    const stored = await this.storeCheckedPair(pair, { synced: false, senderSession: session });
+    const { result, routes } = stored;
     const senderPeer = delivery ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null) : null;
-    const localOwners = new Set([login]);
-    if (recipientIsLocal) localOwners.add(recipient);
-    const schedule = config.retryScheduleMs;
-    const result = await store.storePair({
-      incoming: pair.incoming,
-      outgoing: pair.outgoing,
-      nowMs: now,
-      outbox: { localOwners, synced: false },
-      // The local copy counts as delivered (SPEC §6.2). Otherwise the first attempt runs below and
-      // the worker owns the row from the second offset on, even if this process dies meanwhile.
-      delivery: recipientIsLocal
-        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
-        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (schedule[1] ?? 0) },
-      senderDevice: session.deviceId ? { login, deviceId: session.deviceId } : undefined,
-    });
-    this.publish(pair.outgoing, result.outgoing, session.id);
-    const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
-    let deliveryState = result.deliveryState ?? 'accepted';
-    const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
-    if (delivery && fresh && (routes.length > 0 || senderPeer)) {
+    let deliveryState = stored.answer.deliveryState;
+    if (delivery && stored.fresh && (routes.length > 0 || senderPeer)) {
       const outgoingKey = result.outgoing.messageKey;
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, routes, senderPeer);
       if (deliveryState === 'accepted') {
@@ -155,14 +135,52 @@ export class DmService {
         else void first.then((state) => state !== 'accepted' && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, state));
       }
     }
+    return { ...stored.answer, deliveryState };
+  }
+
+  /**
+   * Stores a checked pair in one transaction with its outbox rows and its delivery row — `delivered` at
+   * once when the recipient's profile lists this server (the local copy counts, SPEC §6.2), otherwise
+   * `accepted` with the first attempt left to the caller and the worker owning the row from the second
+   * offset on, even if this process dies meanwhile — then sends the new copies to their owners' sessions.
+   */
+  async storeCheckedPair(
+    pair: CheckedPair,
+    opts: { synced: boolean; senderSession?: Session },
+  ): Promise<{ result: StorePairResult; answer: PairAnswer; routes: string[]; fresh: boolean }> {
+    const { config, clock, store } = this.deps;
+    const now = clock.now();
+    const sender = pair.outgoing.fromLogin;
+    const recipient = pair.incoming.toLogin;
+    const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
+    const localOwners = new Set([sender]);
+    if (recipientIsLocal) localOwners.add(recipient);
+    const device = opts.senderSession?.deviceId;
+    const result = await store.storePair({
+      incoming: pair.incoming,
+      outgoing: pair.outgoing,
+      nowMs: now,
+      outbox: { localOwners, synced: opts.synced },
+      delivery: recipientIsLocal
+        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
+        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (config.retryScheduleMs[1] ?? 0) },
+      senderDevice: device ? { login: sender, deviceId: device } : undefined,
+    });
+    this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);
+    const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
     return {
-      messageKey: result.outgoing.messageKey,
-      baseKey: baseKeyOf(pair.outgoing),
-      incomingKey: result.incoming.messageKey,
-      outgoingKey: result.outgoing.messageKey,
-      deliveryState,
-      deliveredWsSessions: reached,
-      deliveredWebPushSessions: 0,
+      result,
+      routes: pair.recipientServers.filter((s) => s !== config.serverLogin),
+      fresh: result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated',
+      answer: {
+        messageKey: result.outgoing.messageKey,
+        baseKey: baseKeyOf(pair.outgoing),
+        incomingKey: result.incoming.messageKey,
+        outgoingKey: result.outgoing.messageKey,
+        deliveryState: result.deliveryState ?? 'accepted',
+        deliveredWsSessions: reached,
+        deliveredWebPushSessions: 0,
+      },
     };
   }
 
@@ -266,19 +284,8 @@ export function decodeBlob(b64: string): Container {
   }
 }
 
-function directMessageEvent(c: StoredCopy): DirectMessageEvent {
-  return {
-    messageKey: c.messageKey,
-    baseKey: c.baseKey,
-    messageType: c.messageType,
-    fromLogin: c.fromLogin,
-    toLogin: c.toLogin,
-    timeMs: c.timeMs,
-    revisionTimeMs: c.revisionTimeMs,
-    reencryptedAtMs: c.reencryptedAtMs,
-    storedAtMs: c.storedAtMs,
-    blobB64: toBase64(c.blob),
-  };
+function directMessageEvent({ blob, ...fields }: StoredCopy): DirectMessageEvent {
+  return { ...fields, blobB64: toBase64(blob) };
 }
 
 /** The promise's value, or null when ms of the clock pass first. */

@@ -107,7 +107,7 @@ export class FederationService {
     session: Session,
   ): Promise<PairAnswer> {
     const source = this.sourceOf(session, p.sourceServerLogin);
-    const { config, clock, store, directory, dm, delivery } = this.deps;
+    const { config, directory, dm, delivery } = this.deps;
     const type = p.incomingBlobB64 ? decodeBlob(p.incomingBlobB64).messageType : 1;
     const op = type === 5 ? 'DeleteMessage' : type === 7 ? 'DeleteConversation' : 'SendMessagePair';
     const pair = await dm.checkPair(op, p, null);
@@ -119,37 +119,13 @@ export class FederationService {
     if (!source || source === config.serverLogin || !senderServers.includes(source)) {
       throw new ShineError('NOT_PEER', "only the sender's other access server forwards its pairs");
     }
-    const now = clock.now();
-    const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
-    const localOwners = new Set([pair.outgoing.fromLogin]);
-    if (recipientIsLocal) localOwners.add(pair.incoming.toLogin);
-    const schedule = config.retryScheduleMs;
-    const result = await store.storePair({
-      incoming: pair.incoming,
-      outgoing: pair.outgoing,
-      nowMs: now,
-      outbox: { localOwners, synced: true },
-      delivery: recipientIsLocal
-        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
-        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (schedule[1] ?? 0) },
-    });
-    dm.publish(pair.outgoing, result.outgoing);
-    const reached = recipientIsLocal ? dm.publish(pair.incoming, result.incoming) : 0;
-    const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
-    const routes = pair.recipientServers.filter((s) => s !== config.serverLogin);
-    if (fresh && !recipientIsLocal && routes.length > 0) {
+    const stored = await dm.storeCheckedPair(pair, { synced: true });
+    const local = pair.recipientServers.includes(config.serverLogin);
+    if (stored.fresh && !local && stored.routes.length > 0) {
       // Answered at once; this server's own first attempt runs on, and never forwards back.
-      void delivery.firstAttempt(pair.incoming, pair.outgoing, result.outgoing.messageKey, routes, null);
+      void delivery.firstAttempt(pair.incoming, pair.outgoing, stored.result.outgoing.messageKey, stored.routes, null);
     }
-    return {
-      messageKey: result.outgoing.messageKey,
-      baseKey: baseKeyOf(pair.outgoing),
-      incomingKey: result.incoming.messageKey,
-      outgoingKey: result.outgoing.messageKey,
-      deliveryState: result.deliveryState ?? 'accepted',
-      deliveredWsSessions: reached,
-      deliveredWebPushSessions: 0,
-    };
+    return stored.answer;
   }
 
   /** GetDmDeliveryStatus, single or batch (SPEC §5.4). Read-only. */

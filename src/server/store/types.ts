@@ -9,7 +9,7 @@
  */
 import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
-import type { DeliveryState, HistoryItem } from '../../protocol/ops.js';
+import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
 
@@ -90,19 +90,8 @@ export interface ConversationRow {
   unreadCount: number;
 }
 
-/** A stored copy as events and replay need it. */
-export interface StoredCopy {
-  messageKey: string;
-  baseKey: string;
-  messageType: number;
-  fromLogin: string;
-  toLogin: string;
-  timeMs: number;
-  revisionTimeMs: number;
-  reencryptedAtMs: number;
-  storedAtMs: number;
-  blob: Uint8Array;
-}
+/** A stored copy as events and replay need it: the DirectMessage event with raw bytes. */
+export type StoredCopy = Omit<DirectMessageEvent, 'blobB64'> & { blob: Uint8Array };
 
 export interface SettingRow {
   key: string;
