@@ -163,4 +163,14 @@ describe('SQLite store', () => {
     const page = await store.getDirectMessages({ owner: 'hank', peer: 'gina', beforeTimeMs: 0, beforeMessageKey: '', limit: 200 });
     assert.equal(page.items.length, 200);
   });
+
+  it('refuses writes with 503 OVERLOADED while the commit queue is full, and commits the queued ones', async () => {
+    const small = openSqliteStore({ path: join(dir, 'small.sqlite'), sync: 'normal', maxQueuedWrites: 3 });
+    await small.migrate();
+    const writes = Array.from({ length: 5 }, (_, i) => small.setMeta(`k${i}`, 'v').then(() => 'ok', (err: { code?: string }) => err.code));
+    assert.deepEqual(await Promise.all(writes), ['ok', 'ok', 'ok', 'OVERLOADED', 'OVERLOADED']);
+    assert.equal(await small.getMeta('k2'), 'v');
+    assert.equal(await small.getMeta('k3'), null);
+    await small.close();
+  });
 });
