@@ -52,7 +52,6 @@ export interface CheckedPair {
   recipientServers: readonly string[];
 }
 
-const MAX_BLOB_B64 = Math.ceil(MAX_CONTAINER / 3) * 4;
 const REPLAY_PAGE = 500;
 const HOUR = 3_600_000;
 
@@ -177,7 +176,8 @@ export class DmService {
         baseKey: baseKeyOf(pair.outgoing),
         incomingKey: result.incoming.messageKey,
         outgoingKey: result.outgoing.messageKey,
-        deliveryState: result.deliveryState ?? 'accepted',
+        // A tombstoned pair is answered 200 but stored nowhere: it will never be delivered.
+        deliveryState: result.outgoing.outcome === 'tombstoned' ? 'failed' : (result.deliveryState ?? 'accepted'),
         deliveredWsSessions: reached,
         deliveredWebPushSessions: 0,
       },
@@ -266,7 +266,10 @@ export class DmService {
 }
 
 function checkBlobSize(b64: string): void {
-  if (b64.length > MAX_BLOB_B64) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
+  // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
+  // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
+  const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);
+  if (bytes > MAX_CONTAINER) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
 }
 
 /** Base64 → container, with the SPEC's codes for each failure. */
