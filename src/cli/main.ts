@@ -13,7 +13,9 @@ const USAGE = `usage:
   shine register --identity FILE --server WS_URL [--access-servers a,b]
   shine send     --identity FILE --server WS_URL [--device ID] --to LOGIN TEXT...
   shine watch    --identity FILE --server WS_URL [--device ID]
-  shine history  --identity FILE --server WS_URL [--device ID] --with LOGIN [--limit N]`;
+  shine history  --identity FILE --server WS_URL [--device ID] --with LOGIN [--limit N]
+  shine sync     --server HTTP_URL [--admin-token T] [--json]
+                                  (one replication cycle now; the token may come from SHINE_ADMIN_TOKEN)`;
 
 /** A mistake in the command line: printed with the usage, exit status 2. */
 class UsageError extends Error {}
@@ -214,6 +216,47 @@ async function history(args: string[]): Promise<void> {
   });
 }
 
+interface CycleSummary {
+  peers: number;
+  users: number;
+  dmRows: number;
+  settingsRows: number;
+  errors: number;
+  durationMs: number;
+}
+
+/** POST /admin/sync on a server (SPEC §8) and prints the cycle's summary; exit status 1 if an exchange failed. */
+async function sync(args: string[]): Promise<void> {
+  const { values, positionals } = parse(args, { server: { type: 'string' }, 'admin-token': { type: 'string' }, json: { type: 'boolean', default: false } });
+  if (positionals.length > 0) throw new UsageError(`unexpected argument ${positionals[0]}`);
+  const token = values['admin-token'] ?? process.env.SHINE_ADMIN_TOKEN;
+  if (!token) throw new UsageError('--admin-token (or SHINE_ADMIN_TOKEN) is required');
+  let url: URL;
+  try {
+    url = new URL(required(values.server, 'server'));
+  } catch {
+    throw new UsageError('--server must be a URL such as http://127.0.0.1:8080');
+  }
+  // The server's WebSocket URL names the same port, so it is accepted too.
+  if (url.protocol === 'ws:' || url.protocol === 'wss:') url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError('--server must be an http:// or https:// URL');
+  url = new URL('/admin/sync', url);
+  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+  const body = await res.text();
+  if (res.status !== 200) {
+    const hint = res.status === 404 ? ' (is SHINE_ADMIN_TOKEN set on the server?)' : res.status === 401 ? ' (wrong admin token)' : '';
+    throw new Error(`POST ${url.href} answered ${res.status}${hint}: ${body.slice(0, 500)}`);
+  }
+  const s = JSON.parse(body) as CycleSummary;
+  if (values.json) out(body);
+  else {
+    out(
+      `sync done in ${s.durationMs} ms: ${s.peers} peer server(s), ${s.users} shared user(s); pulled ${s.dmRows} message row(s) and ${s.settingsRows} setting row(s); ${s.errors} error(s)`,
+    );
+  }
+  if (s.errors > 0) throw new Error(`${s.errors} exchange(s) with peer servers failed; see the server log`);
+}
+
 const COMMANDS: Record<string, (args: string[]) => Promise<void>> = {
   serve,
   'identity create': identityCreate,
@@ -221,6 +264,7 @@ const COMMANDS: Record<string, (args: string[]) => Promise<void>> = {
   send,
   watch,
   history,
+  sync,
 };
 
 async function main(argv: string[]): Promise<number> {

@@ -93,8 +93,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       clock,
       log,
       timeoutMs: config.s2sTimeoutMs,
-      // Backing off never swallows more than half of the shortest retry gap.
-      reconnectMaxMs: Math.min(30_000, Math.max(100, (config.retryScheduleMs[1] ?? 60_000) / 2)),
+      // A call waits out the backoff, so it stays within a call timeout and half the shortest retry gap.
+      reconnectMaxMs: Math.min(config.s2sTimeoutMs, Math.max(100, (config.retryScheduleMs[1] ?? 60_000) / 2)),
       resolveUrl: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
       onPeerAlive: (server) => void delivery?.peerAlive(server),
     });
@@ -102,7 +102,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     directory.attachPeers(peers);
     delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics });
     const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
-    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log });
+    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({ config, clock, store, directory, dm, federation, peers, log, metrics });
     const registry = new OpRegistry()
       .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dm.onLogin(session) }))

@@ -12,11 +12,19 @@ export interface Clock {
   setTimer(ms: number, fn: () => void): TimerHandle;
 }
 
+/** setTimeout's longest delay; a longer one fires after 1 ms instead (TimeoutOverflowWarning). */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(ms, fn) {
-    const t = setTimeout(fn, ms);
-    t.unref?.();
+    // Long periods (e.g. SHINE_SYNC_INTERVAL_MS of a month) wait in steps rather than overflow into a busy loop.
+    let t: ReturnType<typeof setTimeout>;
+    const arm = (left: number): void => {
+      t = setTimeout(left > MAX_TIMEOUT_MS ? () => arm(left - MAX_TIMEOUT_MS) : fn, Math.min(left, MAX_TIMEOUT_MS));
+      t.unref?.();
+    };
+    arm(ms);
     return { cancel: () => clearTimeout(t) };
   },
 };

@@ -10,6 +10,7 @@ import { startServer } from '../../src/server/app.js';
 import type { Clock } from '../../src/server/clock.js';
 import type { ConfigInput } from '../../src/server/config/config.js';
 import type { Logger } from '../../src/server/log.js';
+import { createServer } from 'node:net';
 import { freePort } from './server-process.js';
 
 export interface NetworkServerSpec extends ConfigInput {
@@ -70,7 +71,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     })());
 
   try {
-    const ports = opts.federate ? await Promise.all(opts.servers.map(() => freePort())) : [];
+    const ports = await Promise.all(opts.servers.map(() => restartablePort()));
     const logins = opts.servers.map((spec, i) => spec.serverLogin ?? `server${i + 1}`);
     for (const [i, spec] of opts.servers.entries()) {
       const { clock = opts.clock, log, ...rest } = spec;
@@ -99,4 +100,22 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     throw err;
   }
   return { servers, stop, start, close, [Symbol.asyncDispose]: close };
+}
+
+/**
+ * A free loopback port below the kernel's ephemeral range (32768 and up on Linux). Port 0 would give an
+ * ephemeral one, and while a test has that server stopped, the kernel may hand the same port out as the
+ * source port of some outgoing connection: start() would then fail with EADDRINUSE.
+ */
+async function restartablePort(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  return freePort();
 }

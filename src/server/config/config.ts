@@ -50,6 +50,8 @@ export interface Config {
   authChallengeTtlMs: number;
   maxTimeSkewMs: number;
   deviceForgetMs: number;
+  /** A remote user's imported profile older than this is refreshed before delivering to it (SPEC §4). */
+  profileRefreshMs: number;
   /** A socket whose unsent output grows past this is closed instead of buffering more. */
   wsMaxBufferedBytes: number;
 }
@@ -84,6 +86,7 @@ export interface ConfigInput {
   authChallengeTtlMs?: number | string | undefined;
   maxTimeSkewMs?: number | string | undefined;
   deviceForgetMs?: number | string | undefined;
+  profileRefreshMs?: number | string | undefined;
   wsMaxBufferedBytes?: number | string | undefined;
 }
 
@@ -107,6 +110,7 @@ export const CONFIG_DEFAULTS = {
   authChallengeTtlMs: 60_000,
   maxTimeSkewMs: 300_000,
   deviceForgetMs: 30 * DAY_MS,
+  profileRefreshMs: 60_000,
   wsMaxBufferedBytes: 16 * 1024 * 1024,
 } as const satisfies Partial<Config>;
 
@@ -117,7 +121,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'host', 'port', 'serverLogin', 'publicWsUrl', 'dataDir', 'db', 'serverKeySeedB64', 'directoryFile', 'peers',
   's2sAuth', 'adminToken', 'retryScheduleMs', 'peerCheckAttempts', 'workerTickMs', 's2sTimeoutMs',
   'firstAttemptWaitMs', 'syncIntervalMs', 'sqliteSync', 'logLevel', 'rateLimit', 'authChallengeTtlMs',
-  'maxTimeSkewMs', 'deviceForgetMs', 'wsMaxBufferedBytes',
+  'maxTimeSkewMs', 'deviceForgetMs', 'profileRefreshMs', 'wsMaxBufferedBytes',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -182,6 +186,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     authChallengeTtlMs: int('authChallengeTtlMs', input.authChallengeTtlMs ?? d.authChallengeTtlMs, 1),
     maxTimeSkewMs: int('maxTimeSkewMs', input.maxTimeSkewMs ?? d.maxTimeSkewMs, 0),
     deviceForgetMs: int('deviceForgetMs', input.deviceForgetMs ?? d.deviceForgetMs, 1),
+    profileRefreshMs: int('profileRefreshMs', input.profileRefreshMs ?? d.profileRefreshMs, 0),
     wsMaxBufferedBytes: int('wsMaxBufferedBytes', input.wsMaxBufferedBytes ?? d.wsMaxBufferedBytes, 1),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {

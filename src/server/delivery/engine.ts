@@ -11,7 +11,6 @@ import type { DeliveryState, DeliveryStateChangedEvent } from '../../protocol/op
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
-import { PROFILE_REFRESH_MS } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { SessionHub } from '../sessions.js';
@@ -36,7 +35,7 @@ export interface DeliveryDeps {
 export interface DeliveryOptions {
   /** Attempts running at once. */
   poolSize?: number;
-  /** Claimed rows waiting for the pool; the worker claims no more while it is full. */
+  /** Due rows waiting for the pool (each is claimed when its attempt starts); the worker scans no more while it is full. */
   queueSize?: number;
 }
 
@@ -54,6 +53,8 @@ export function incomingKeyOf(outgoingKey: string): string {
 export class DeliveryEngine {
   private timer: TimerHandle | null = null;
   private readonly queue: DeliveryRow[] = [];
+  /** Keys in the queue or running, so that overlapping scans never queue one row twice. */
+  private readonly queuedKeys = new Set<string>();
   private running = 0;
   private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
@@ -76,7 +77,7 @@ export class DeliveryEngine {
     this.callSeconds = m.histogram('delivery_call_seconds', 'Duration of one ReceiveIncomingMessage call to a recipient server');
     this.s2sErrors = m.counter('s2s_errors_total', 'Failed server-to-server calls made for delivery, by peer');
     m.gauge('delivery_rows', 'Delivery rows by state (refreshed at most every 30 s)', () => Object.entries(this.byState).map(([state, n]) => [{ state }, n]));
-    m.gauge('delivery_queue_depth', 'Claimed rows waiting for the attempt pool', () => this.queue.length);
+    m.gauge('delivery_queue_depth', 'Due rows waiting for the attempt pool', () => this.queue.length);
     m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.running);
   }
 
@@ -94,6 +95,7 @@ export class DeliveryEngine {
   async close(): Promise<void> {
     this.closed = true;
     this.timer?.cancel();
+    this.pump(); // drops the rows not started yet
     await this.drain();
   }
 
@@ -151,9 +153,9 @@ export class DeliveryEngine {
     });
   }
 
-  /** One worker pass: claims due rows while the queue has room and feeds the pool. Returns rows claimed. */
+  /** One worker pass: queues due rows while the queue has room and feeds the pool. Returns rows queued. */
   async processDue(): Promise<number> {
-    const { store, clock, config } = this.deps;
+    const { store, clock } = this.deps;
     const room = this.queueSize - this.queue.length;
     if (room <= 0 || this.closed) return 0;
     const now = clock.now();
@@ -162,32 +164,46 @@ export class DeliveryEngine {
       this.byState = await store.countDeliveriesByState();
     }
     const due = await store.dueDeliveries(now, room);
-    // A lease outlives one attempt: optional peer check plus the parallel calls, each bounded by the timeout.
-    const leaseUntil = now + 3 * config.s2sTimeoutMs;
-    let claimed = 0;
+    let queued = 0;
     for (const row of due) {
-      const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, leaseUntil);
-      if (!mine) continue;
-      claimed++;
-      this.queue.push(mine);
+      if (this.queuedKeys.has(row.outgoingKey)) continue;
+      this.queuedKeys.add(row.outgoingKey);
+      this.queue.push(row);
+      queued++;
     }
     this.pump();
-    return claimed;
+    return queued;
   }
 
   private pump(): void {
-    while (this.running < this.poolSize && this.queue.length > 0) {
+    while (!this.closed && this.running < this.poolSize && this.queue.length > 0) {
       const row = this.queue.shift()!;
       this.running++;
       this.track(
-        this.attempt(row)
+        this.claimAndAttempt(row)
           .catch((err: unknown) => this.deps.log.error('delivery attempt crashed', { key: row.outgoingKey, err: String(err) }))
           .finally(() => {
             this.running--;
+            this.queuedKeys.delete(row.outgoingKey);
             this.pump();
           }),
       );
     }
+    if (this.closed) {
+      // Unclaimed: whoever runs next picks them up as due.
+      for (const row of this.queue.splice(0)) this.queuedKeys.delete(row.outgoingKey);
+    }
+  }
+
+  /**
+   * Claims the row just before its attempt, so the lease covers the attempt and not the time spent in
+   * the queue: a lease that ran out while the row waited would let another worker run the same attempt.
+   */
+  private async claimAndAttempt(row: DeliveryRow): Promise<void> {
+    const { store, clock, config } = this.deps;
+    // A lease outlives one attempt: optional peer check plus the parallel calls, each bounded by the timeout.
+    const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, clock.now() + 3 * config.s2sTimeoutMs);
+    if (mine) await this.attempt(mine);
   }
 
   /** Runs one claimed attempt and writes its outcome (SPEC §6.4–6.5). */
@@ -213,7 +229,7 @@ export class DeliveryEngine {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
-    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: PROFILE_REFRESH_MS });
+    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: config.profileRefreshMs });
     const routes = recipient ? recipient.accessServers.filter((s) => s !== config.serverLogin) : [];
     const delivered =
       (recipient?.accessServers.includes(config.serverLogin) ?? false) ||
@@ -258,7 +274,11 @@ export class DeliveryEngine {
   /** A peer server showed life: its due-later rows are attempted now (an extra attempt, never past the hour). */
   async peerAlive(serverLogin: string): Promise<void> {
     if (this.closed) return;
-    const woken = await this.deps.store.wakeDeliveriesFor(serverLogin, this.deps.clock.now());
+    const { clock, config, store } = this.deps;
+    const now = clock.now();
+    // A pair accepted moments ago may be in its first attempt right now (no lease guards it): waking
+    // it would run a second, concurrent attempt of the same row. Its regular schedule covers it.
+    const woken = await store.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
     if (woken > 0) {
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
       this.track(this.processDue());

@@ -49,8 +49,6 @@ const CACHE_TTL_MS = 10_000;
 const CACHE_LIMIT = 10_000;
 // An unknown login is not asked for again this soon, so USER_NOT_FOUND cannot be turned into a flood.
 const MISS_TTL_MS = 30_000;
-/** A remote recipient's profile older than this is refreshed before a delivery attempt (SPEC §4). */
-export const PROFILE_REFRESH_MS = 60_000;
 
 export class Directory {
   private readonly cache = new Map<string, { entry: DirectoryEntry; cachedAtMs: number }>();
@@ -151,13 +149,20 @@ export class Directory {
     return null;
   }
 
-  /** Asks the user's access servers for a newer profile: same key, higher version (pinned). */
+  /**
+   * Asks the user's access servers for its current profile (same key as pinned, version not lower);
+   * when none of them answers, the other known servers, so a user who moved to new servers entirely is
+   * still followed (a profile is accepted only from a server it lists).
+   */
   private async refresh(known: DirectoryEntry): Promise<DirectoryEntry | null> {
     const peers = this.peers;
     if (!peers) return null;
     const login = known.profile.login;
-    for (const server of known.accessServers) {
-      if (server === this.deps.config.serverLogin) continue;
+    const self = this.deps.config.serverLogin;
+    const others = (await this.deps.store.listServers()).map((r) => r.descriptor.serverLogin);
+    const candidates = [...new Set([...known.accessServers, ...this.deps.config.peers.map((p) => p.serverLogin), ...others])];
+    for (const server of candidates) {
+      if (server === self) continue;
       const profile = await this.fetchProfile(peers, server, login);
       if (!profile) continue;
       if (profile.signKeyB64 !== known.profile.signKeyB64) {

@@ -19,7 +19,6 @@ import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
-import { PROFILE_REFRESH_MS } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { Session, SessionHub } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
@@ -96,7 +95,7 @@ export class DmService {
     }
     if (sender !== null && incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
     await this.checkSigned(incoming, outgoing);
-    const to = await this.deps.directory.lookup(incoming.toLogin, { refreshAfterMs: PROFILE_REFRESH_MS });
+    const to = await this.deps.directory.lookup(incoming.toLogin, { refreshAfterMs: this.deps.config.profileRefreshMs });
     if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
     return { incoming, outgoing, recipientServers: to.accessServers };
   }

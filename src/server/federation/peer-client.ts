@@ -81,8 +81,13 @@ class PeerConnection {
   private connect(): Promise<void> {
     if (this.closed) return Promise.reject(new PeerUnavailableError(this.peer, 'pool closed'));
     if (this.ready) return this.ready;
-    const now = this.deps.clock.now();
-    if (now < this.retryAtMs) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
+    const wait = this.retryAtMs - this.deps.clock.now();
+    if (wait > 0) {
+      // A call during the backoff waits for the next dial instead of failing untried (an attempt would be
+      // spent without a call), unless that is longer than a call may take.
+      if (wait > this.deps.timeoutMs) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
+      return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect());
+    }
     this.ready = this.open().then(
       () => {
         this.failures = 0;
@@ -173,6 +178,11 @@ class PeerConnection {
     for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'connection closed'));
   }
 
+  /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
+  reachable(): void {
+    this.retryAtMs = 0;
+  }
+
   close(): void {
     this.closed = true;
     for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'pool closed'));
@@ -192,6 +202,14 @@ export class PeerPool implements PeerCaller {
     let c = this.connections.get(serverLogin);
     if (!c) this.connections.set(serverLogin, (c = new PeerConnection(serverLogin, this.deps)));
     return (await c.call(op, payload)) as T;
+  }
+
+  /**
+   * A server that just authenticated to this one is up: calls to it stop waiting out the backoff of
+   * earlier failures (up to reconnectMaxMs), which would otherwise send copies meant for it to sync only.
+   */
+  reachable(serverLogin: string): void {
+    this.connections.get(serverLogin)?.reachable();
   }
 
   async close(): Promise<void> {

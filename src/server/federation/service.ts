@@ -23,6 +23,8 @@ export interface FederationDeps {
   delivery: DeliveryEngine;
   verifier: SignatureVerifier;
   log: Logger;
+  /** Outgoing connections to peers, told when a peer authenticates here (it is up again). */
+  peers?: { reachable(serverLogin: string): void };
 }
 
 const S2S_WINDOW_MS = 5 * 60_000;
@@ -60,6 +62,7 @@ export class FederationService {
     if (!verifyText(text, p.signatureB64, known!.descriptor.signKeyB64, verifier)) fail('bad signature');
     if (!(await store.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS))) fail('nonce replayed');
     session.serverLogin = p.serverLogin;
+    this.deps.peers?.reachable(p.serverLogin);
     void delivery.peerAlive(p.serverLogin);
     return { serverLogin: p.serverLogin, targetServerLogin: config.serverLogin };
   }

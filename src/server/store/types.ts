@@ -194,8 +194,11 @@ export interface Store {
   finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean>;
   /** Marks the given revision delivered if it is still accepted; true when it changed. */
   markDelivered(outgoingKey: string, revision: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): Promise<boolean>;
-  /** Makes accepted rows whose recipient uses serverLogin due now; returns how many. */
-  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
+  /**
+   * Makes accepted rows whose recipient uses serverLogin due now; returns how many. Rows accepted after
+   * acceptedBeforeMs are left alone: their first attempt may still be running outside the worker.
+   */
+  wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
   /** Rows in a state, newest first, for /debug/delivery. */
   listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]>;

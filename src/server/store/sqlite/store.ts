@@ -420,14 +420,14 @@ export class SqliteStore implements Store {
     );
   }
 
-  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number> {
+  wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number> {
     return this.db.write(
       () =>
         this.sql(
           `UPDATE dm_delivery_state SET next_attempt_at_ms = ?, row_version = row_version + 1
-           WHERE state = 'accepted' AND next_attempt_at_ms > ?
+           WHERE state = 'accepted' AND next_attempt_at_ms > ? AND accepted_at_ms <= ?
              AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = ?)`,
-        ).run(nowMs, nowMs, serverLogin).changes,
+        ).run(nowMs, nowMs, acceptedBeforeMs, serverLogin).changes,
     );
   }
 

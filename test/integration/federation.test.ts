@@ -1,0 +1,406 @@
+/**
+ * Delivery between federated servers (SPEC §6, §5.4) against real in-process servers with the hour
+ * of retries compressed to 1.6 s through config. Every step waits on something a server shows: an
+ * answer, an event, a delivery row, a metric; never on a fixed sleep.
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import WebSocket from 'ws';
+import { ShineClient, createIdentity, makeProfile } from '../../src/client/index.js';
+import type { DirectMessageEvent } from '../../src/protocol/ops.js';
+import { ManualClock } from '../../src/server/clock.js';
+import {
+  FAST,
+  adminSync,
+  debugDelivery,
+  deliveryEvent,
+  deliveryRow,
+  directMessageEvent,
+  directMessagesFor,
+  fakeServer,
+  history,
+  metric,
+  opCount,
+  sendPair,
+  startHoldingPeer,
+  textPair,
+  waitForRow,
+} from '../helpers/federation.js';
+import type { NetworkServerSpec } from '../helpers/network.js';
+import { startNetwork } from '../helpers/network.js';
+import { connectRaw } from '../helpers/raw-client.js';
+import { connectUser, makeUser } from '../helpers/users.js';
+import { waitUntil } from '../helpers/wait.js';
+
+const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({ serverLogin, ...FAST, ...extra });
+
+describe('federation: delivery to the recipient’s access servers', { concurrency: true }, () => {
+  it('a) alice@alpha → bob@beta: delivered in the answer; bob’s open session gets the message (SDK end to end)', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta')] });
+    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
+    const alice = createIdentity('alice');
+    const bob = createIdentity('bob');
+    await using ca = await ShineClient.connect(alpha.wsUrl, { WebSocket: WebSocket as never });
+    await using cb = await ShineClient.connect(beta.wsUrl, { WebSocket: WebSocket as never });
+    await ca.register(makeProfile(alice, ['alpha'], 1, Date.now()));
+    await cb.register(makeProfile(bob, ['beta'], 1, Date.now()));
+    await ca.login(alice, 'laptop');
+    await cb.login(bob, 'phone');
+    const got = new Promise<DirectMessageEvent>((resolve) => cb.on('DirectMessage', (e) => resolve(e)));
+
+    const sent = await ca.sendText('bob', 'hello across servers');
+    assert.equal(sent.deliveryState, 'delivered');
+    assert.equal(sent.deliveredWsSessions, 0, 'bob is not local to alpha');
+    const event = await got;
+    assert.equal(event.messageKey, sent.incomingKey);
+    assert.equal(event.fromLogin, 'alice');
+    const opened = await cb.decryptEvent(event);
+    assert.equal(opened.kind === 'text' && opened.text, 'hello across servers');
+
+    const row = await deliveryRow(alpha, sent.outgoingKey);
+    assert.equal(row?.state, 'delivered');
+    assert.equal(row?.attempt, 1, 'the first attempt did it');
+    // Exactly one call: beta authenticating back to alpha (to import alice's profile) during the first
+    // attempt must not wake a second, concurrent attempt of the same row.
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
+    const [item] = (await cb.history('alice')).items;
+    assert.equal(item?.messageKey, sent.incomingKey);
+    assert.equal(item?.text, 'hello across servers');
+
+    // A delete (types 5/6) is delivered the same way, and removes the message at bob's side too.
+    const gone = new Promise<DirectMessageEvent>((resolve) => cb.on('DirectMessage', (e) => e.messageType === 5 && resolve(e)));
+    const deleted = await ca.deleteMessage(sent);
+    assert.equal(deleted.deliveryState, 'delivered');
+    assert.equal((await gone).messageKey, deleted.incomingKey);
+    assert.deepEqual((await cb.history('alice')).items, []);
+  });
+
+  it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta1'), server('beta2')] });
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta1', 'beta2']);
+    await using a = await connectUser(net.servers[0]!.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob, 'desk')).close();
+    await using b2 = await connectUser(net.servers[2]!.wsUrl, bob, 'phone');
+    await net.stop(1);
+
+    const m = textPair(alice, 'bob');
+    const answer = await sendPair(a, m);
+    assert.equal(answer.deliveryState, 'delivered', 'beta2 took it while beta1 was down');
+    await directMessageEvent(b2, m.incomingKey);
+    const row = await deliveryRow(net.servers[0]!, m.outgoingKey);
+    assert.deepEqual([row?.state, row?.attempt, row?.nextAttemptAtMs], ['delivered', 1, null]);
+
+    // beta1 comes back while beta2 is down, so replication cannot fill it: what it holds is what delivery gave it.
+    await net.stop(2);
+    const beta1 = await net.start(1);
+    const cycle = await adminSync(beta1);
+    assert.equal(cycle.dmRows, 0);
+    assert.ok(cycle.errors >= 1, 'the sync cycle could not reach beta2');
+    await using b1 = await connectUser(beta1.wsUrl, bob, 'desk');
+    assert.deepEqual(await history(b1, 'alice'), [], 'beta1 holds nothing it was not sent');
+    assert.equal(await metric(beta1, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 0, 'alpha never called beta1 again');
+    assert.deepEqual(await debugDelivery(net.servers[0]!, 'accepted'), [], 'alpha has nothing left to deliver');
+
+    // Replication (SPEC §7), not delivery, brings the copy to beta1 once beta2 is back: silently.
+    await net.start(2);
+    // beta1 may still be backing off from beta2 for a moment: cycles are retried until one pulls the row.
+    await waitUntil(async () => (await adminSync(beta1)).dmRows === 1, 10_000, 'a sync cycle on beta1 pulled the copy');
+    const items = await history(b1, 'alice');
+    assert.deepEqual(items.map((i) => i.messageKey), [m.incomingKey]);
+    assert.deepEqual(directMessagesFor(b1, m.incomingKey), [], 'a synced copy is stored without an event');
+    const outbox = (await (await fetch(`${beta1.httpUrl}/debug/outbox?owner=bob`, { headers: { authorization: `Bearer ${FAST.adminToken}` } })).json()) as {
+      synced: number;
+      unsynced: number;
+    };
+    assert.deepEqual({ synced: outbox.synced, unsynced: outbox.unsynced }, { synced: 1, unsynced: 0 }, 'the copy came from beta2, not from alpha');
+    assert.equal(await metric(beta1, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 0);
+  });
+
+  it('c) both of bob’s servers down, one back before the last attempt: accepted, then delivered at the next attempt', async () => {
+    // alpha's clock is moved by hand, so "the next attempt" is exact: attempt 3 at offset 800 ms.
+    const clock = new ManualClock(Date.now());
+    await using net = await startNetwork({ federate: true, servers: [server('alpha', { clock }), server('beta1'), server('beta2')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta1', 'beta2']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob, 'desk')).close();
+    await (await connectUser(net.servers[2]!.wsUrl, bob, 'phone')).close();
+    // An earlier message, with both up: alpha imports bob, and both of bob's servers get the copy (SPEC §6.2).
+    const earlier = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, earlier)).deliveryState, 'delivered');
+    await waitUntil(async () => (await net.servers[1]!.ctx.store.getCopy(earlier.incomingKey)) !== null && (await net.servers[2]!.ctx.store.getCopy(earlier.incomingKey)) !== null);
+    await net.stop(1);
+    await net.stop(2);
+
+    const m = textPair(alice, 'bob');
+    const answer = await sendPair(a, m);
+    assert.equal(answer.deliveryState, 'accepted', 'no route answered the first attempt');
+    clock.advance(400);
+    const second = await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
+    assert.equal(second.state, 'accepted');
+    assert.equal(second.lastError, 'no route answered');
+
+    const beta1 = await net.start(1);
+    clock.advance(400);
+    await deliveryEvent(a, m.outgoingKey, 'delivered');
+    const row = (await deliveryRow(alpha, m.outgoingKey))!;
+    assert.deepEqual([row.state, row.attempt], ['delivered', 3], 'delivered at attempt 3, the first after beta1 came back');
+    assert.equal(await opCount(beta1, 'ReceiveIncomingMessage'), 1);
+    await using b1 = await connectUser(beta1.wsUrl, bob, 'desk');
+    assert.ok((await history(b1, 'alice')).some((i) => i.messageKey === m.incomingKey));
+  });
+
+  it('when several offsets passed while the sender’s server was down, it makes one attempt, not several', async () => {
+    const clock = new ManualClock(Date.now());
+    await using net = await startNetwork({ federate: true, servers: [server('alpha', { clock }), server('beta')] });
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    const m = textPair(alice, 'bob');
+    {
+      await using a = await connectUser(net.servers[0]!.wsUrl, alice);
+      await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+      assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+      await net.stop(1);
+      assert.equal((await sendPair(a, m)).deliveryState, 'accepted');
+    }
+    await net.stop(0);
+    clock.advance(1300); // offsets 400, 800 and 1200 pass while alpha is down
+    const alpha = await net.start(0);
+    const row = await waitForRow(alpha, m.outgoingKey, (r) => r.attempt > 1);
+    assert.deepEqual([row.state, row.attempt, row.nextAttemptAtMs], ['accepted', 4, row.acceptedAtMs + 1600], 'one attempt, counted as the one at 1200 ms');
+    assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'retry' }), 1);
+    assert.equal(await metric(alpha, 'shine_s2s_errors_total', { peer: 'beta' }), 1, 'one call to beta');
+
+    // The last attempt, with beta back, delivers.
+    await using a = await connectUser(alpha.wsUrl, alice);
+    const beta = await net.start(1);
+    clock.advance(300);
+    await deliveryEvent(a, m.outgoingKey, 'delivered');
+    assert.deepEqual([(await deliveryRow(alpha, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')], [5, 1]);
+  });
+
+  it('d) bob’s server down for the whole hour: the row ends failed and is never attempted again', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    await net.stop(1);
+
+    const lost = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, lost)).deliveryState, 'accepted');
+    await deliveryEvent(a, lost.outgoingKey, 'failed');
+    const failed = (await debugDelivery(alpha, 'failed')).find((r) => r.outgoingKey === lost.outgoingKey);
+    assert.ok(failed, '/debug/delivery?state=failed lists the row');
+    assert.equal(failed.attempt, 5, 'all five attempts of the schedule were made');
+    assert.equal(failed.nextAttemptAtMs, null);
+    assert.equal(typeof failed.lastError, 'string');
+    assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'failed' }), 1);
+
+    // A later message to bob, sent while beta is still down and delivered by the worker once it is back:
+    // the worker ran with bob reachable, and it did not pick the failed row.
+    const later = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, later)).deliveryState, 'accepted');
+    const beta = await net.start(1);
+    await deliveryEvent(a, later.outgoingKey, 'delivered');
+    await using b = await connectUser(beta.wsUrl, bob);
+    const keys = (await history(b, 'alice')).map((i) => i.messageKey);
+    assert.ok(keys.includes(later.incomingKey));
+    assert.ok(!keys.includes(lost.incomingKey), 'bob never receives the failed message');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1, 'only the later message was sent to beta');
+    const still = (await deliveryRow(alpha, lost.outgoingKey))!;
+    assert.deepEqual([still.state, still.attempt, still.rowVersion], ['failed', failed.attempt, failed.rowVersion], 'the failed row was not touched');
+    assert.ok(!a.events.some((e) => e.op === 'DmDeliveryStateChanged' && (e.payload as { outgoingKey: string }).outgoingKey === lost.outgoingKey && (e.payload as { deliveryState: string }).deliveryState === 'delivered'));
+  });
+
+  it('e) alice on alpha1+alpha2: the pair reaches alpha2, which delivers it; alpha1 then takes `delivered` from alpha2 without calling beta', async () => {
+    // alpha1 runs on a hand-moved clock: its second attempt (a peer-check attempt) happens only when
+    // the test moves time, after alpha2 has delivered.
+    const clock1 = new ManualClock(Date.now());
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }), server('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }), server('beta')],
+    });
+    const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha1', 'alpha2']);
+    const bob = makeUser('bob', ['beta']);
+    await using a1 = await connectUser(alpha1.wsUrl, alice, 'laptop');
+    await (await connectUser(alpha2.wsUrl, alice, 'phone')).close();
+    await (await connectUser(net.servers[2]!.wsUrl, bob)).close();
+    // An earlier message: both of alice's servers know bob and have delivered to beta once.
+    const first = textPair(alice, 'bob');
+    assert.equal((await sendPair(a1, first)).deliveryState, 'delivered');
+    await waitForRow(alpha2, first.outgoingKey, (r) => r.state === 'delivered');
+    await net.stop(2);
+
+    const m = textPair(alice, 'bob');
+    const answer = await sendPair(a1, m);
+    assert.equal(answer.deliveryState, 'accepted');
+    // alpha1 forwarded the pair (ReceiveOutcomingMessage); alpha2 stored it and runs its own delivery.
+    await waitForRow(alpha2, m.outgoingKey, (r) => r.state === 'accepted');
+    await using a2 = await connectUser(alpha2.wsUrl, alice, 'phone');
+    const outgoing = (await history(a2, 'bob')).find((i) => i.messageKey === m.outgoingKey);
+    assert.ok(outgoing, 'alpha2 has the outgoing copy in alice’s history');
+    assert.equal(outgoing.messageType, 2);
+
+    const beta = await net.start(2);
+    await deliveryEvent(a2, m.outgoingKey, 'delivered');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1, 'alpha2 delivered');
+    const waiting = (await deliveryRow(alpha1, m.outgoingKey))!;
+    assert.deepEqual([waiting.state, waiting.attempt], ['accepted', 1], 'alpha1 has not attempted again yet');
+
+    const checksBefore = await opCount(alpha2, 'GetDmDeliveryStatus');
+    clock1.advance(400);
+    await deliveryEvent(a1, m.outgoingKey, 'delivered');
+    const row = (await deliveryRow(alpha1, m.outgoingKey))!;
+    assert.deepEqual([row.state, row.attempt], ['delivered', 2]);
+    assert.equal(await opCount(alpha2, 'GetDmDeliveryStatus'), checksBefore + 1, 'alpha1 asked alpha2');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1, 'alpha1 did not call beta');
+    assert.equal(await metric(beta, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 1);
+  });
+
+  it('e) a failing peer check never blocks alpha1’s own attempt: with alpha2 down, alpha1 calls beta itself', async () => {
+    const clock1 = new ManualClock(Date.now());
+    await using net = await startNetwork({ federate: true, servers: [server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }), server('alpha2'), server('beta')] });
+    const alpha1 = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha1', 'alpha2']);
+    const bob = makeUser('bob', ['beta']);
+    await using a1 = await connectUser(alpha1.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, alice)).close();
+    await (await connectUser(net.servers[2]!.wsUrl, bob)).close();
+    const first = textPair(alice, 'bob');
+    assert.equal((await sendPair(a1, first)).deliveryState, 'delivered');
+    await waitForRow(net.servers[1]!, first.outgoingKey, (r) => r.state === 'delivered');
+    await net.stop(1);
+    await net.stop(2);
+
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a1, m)).deliveryState, 'accepted');
+    const beta = await net.start(2);
+    clock1.advance(400); // attempt 2: the status check on alpha2 fails, then beta is called
+    await deliveryEvent(a1, m.outgoingKey, 'delivered');
+    assert.deepEqual([(await deliveryRow(alpha1, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')], [2, 1]);
+  });
+
+  it('the answer waits at most firstAttemptWaitMs; a later outcome arrives as DmDeliveryStateChanged; a call that never answers times out', async () => {
+    await using slow = await startHoldingPeer('slowpoke');
+    const key = fakeServer('slowpoke', slow.wsUrl);
+    const bob = makeUser('bob', ['slowpoke']);
+    const dir = await mkdtemp(join(tmpdir(), 'shine-fed-'));
+    const directoryFile = join(dir, 'directory.json');
+    await writeFile(directoryFile, JSON.stringify({ servers: [key.descriptor], users: [bob.profile] }));
+    try {
+      await using net = await startNetwork({
+        servers: [server('alpha', { directoryFile, firstAttemptWaitMs: 200, s2sTimeoutMs: 1500, retryScheduleMs: '0,2000,4000', peerCheckAttempts: '2,3' })],
+      });
+      const alpha = net.servers[0]!;
+      const alice = makeUser('alice', ['alpha']);
+      await using a = await connectUser(alpha.wsUrl, alice);
+
+      // The recipient's server holds the call: the answer comes after the wait, still `accepted`.
+      const m1 = textPair(alice, 'bob');
+      const started = Date.now();
+      assert.equal((await sendPair(a, m1)).deliveryState, 'accepted');
+      assert.ok(Date.now() - started >= 190, 'the answer waited for the first attempt');
+      await waitUntil(() => slow.held.length === 1, 5_000, 'the call reached the recipient server');
+      assert.equal(slow.held[0]!.op, 'ReceiveIncomingMessage');
+      assert.equal(slow.held[0]!.payload.incomingBlobB64, m1.incomingBlobB64);
+      slow.held.shift()!.answer();
+      await deliveryEvent(a, m1.outgoingKey, 'delivered');
+      assert.deepEqual([(await deliveryRow(alpha, m1.outgoingKey))!.state, (await deliveryRow(alpha, m1.outgoingKey))!.attempt], ['delivered', 1]);
+
+      // A call that is never answered fails after s2sTimeoutMs (1.5 s); the retry at 2 s delivers.
+      const m2 = textPair(alice, 'bob');
+      assert.equal((await sendPair(a, m2)).deliveryState, 'accepted');
+      await waitUntil(async () => (await metric(alpha, 'shine_s2s_errors_total', { peer: 'slowpoke' })) === 1, 5_000, 'the call timed out');
+      assert.deepEqual([(await deliveryRow(alpha, m2.outgoingKey))!.state, (await deliveryRow(alpha, m2.outgoingKey))!.attempt], ['accepted', 1]);
+      slow.autoAnswer = true;
+      await deliveryEvent(a, m2.outgoingKey, 'delivered');
+      assert.equal((await deliveryRow(alpha, m2.outgoingKey))!.attempt, 2);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a newer revision restarts its own schedule, from `delivered` and from `failed`', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+    const original = textPair(alice, 'bob', { body: 'v0' });
+    assert.equal((await sendPair(a, original)).deliveryState, 'delivered');
+    await net.stop(1);
+
+    // An edit of a delivered message while beta is down: a new row for the new revision, which fails.
+    const edit1 = textPair(alice, 'bob', { timeMs: original.timeMs, nonce: original.nonce, revisionTimeMs: Date.now(), body: 'v1' });
+    assert.equal(edit1.outgoingKey, original.outgoingKey);
+    assert.equal((await sendPair(a, edit1)).deliveryState, 'accepted');
+    const restarted = (await deliveryRow(alpha, edit1.outgoingKey))!;
+    assert.deepEqual([restarted.state, restarted.revisionTimeMs], ['accepted', edit1.outgoing.revisionTimeMs]);
+    assert.ok(restarted.attempt <= 2, 'a fresh schedule, not the delivered one');
+    await deliveryEvent(a, edit1.outgoingKey, 'failed');
+
+    // An edit of the failed revision: its schedule starts again and delivers it. (Its first attempt may
+    // find alpha still backing off from beta's outage, so it is delivered by the first or second attempt.)
+    const beta = await net.start(1);
+    await using b = await connectUser(beta.wsUrl, bob);
+    const edit2 = textPair(alice, 'bob', { timeMs: original.timeMs, nonce: original.nonce, revisionTimeMs: edit1.outgoing.revisionTimeMs + 1, body: 'v2' });
+    const sentAt = Date.now();
+    const answer = await sendPair(a, edit2);
+    if (answer.deliveryState !== 'delivered') {
+      assert.equal(answer.deliveryState, 'accepted');
+      await deliveryEvent(a, edit2.outgoingKey, 'delivered');
+    }
+    const row = (await deliveryRow(alpha, edit2.outgoingKey))!;
+    assert.equal(row.state, 'delivered');
+    assert.equal(row.revisionTimeMs, edit2.outgoing.revisionTimeMs);
+    assert.ok(row.acceptedAtMs >= sentAt, 'the schedule is anchored at the new revision');
+    assert.ok(row.attempt <= 2, `delivered by attempt ${row.attempt} of the new schedule`);
+    await directMessageEvent(b, edit2.incomingKey, edit2.outgoing.revisionTimeMs);
+    const [item] = await history(b, 'alice');
+    assert.equal(item?.revisionTimeMs, edit2.outgoing.revisionTimeMs);
+    assert.equal(item?.blobB64, edit2.incomingBlobB64);
+  });
+
+  it('imports an unknown recipient’s profile from its access server, and only from a server its profile lists', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta'), server('gamma')] });
+    const [alpha, beta, gamma] = [net.servers[0]!, net.servers[1]!, net.servers[2]!];
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    const dave = makeUser('dave', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await using b = await connectUser(beta.wsUrl, bob);
+    await (await connectUser(beta.wsUrl, dave)).close();
+
+    assert.equal(await alpha.ctx.store.getUser('bob'), null, 'alpha has never seen bob');
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
+    await directMessageEvent(b, m.incomingKey);
+    const imported = await alpha.ctx.store.getUser('bob');
+    assert.equal(imported?.source, 'imported');
+    assert.deepEqual(imported?.profile, bob.profile);
+
+    // gamma learns dave's genuine profile; with beta down it is the only server that can answer for dave.
+    await using g = await connectRaw(gamma.wsUrl);
+    assert.deepEqual((await g.call<{ profile: unknown }>('GetUserProfile', { login: 'dave' })).profile, dave.profile);
+    await net.stop(1);
+    const asked = await opCount(gamma, 'GetUserProfile');
+    const toDave = textPair(alice, 'dave');
+    const refused = await a.request('SendMessagePair', { incomingBlobB64: toDave.incomingBlobB64, outgoingBlobB64: toDave.outgoingBlobB64 });
+    assert.equal(refused.ok, false);
+    assert.equal(!refused.ok && refused.error.code, 'USER_NOT_FOUND');
+    assert.equal(await opCount(gamma, 'GetUserProfile'), asked + 1, 'alpha asked gamma, and refused its answer: gamma is not in dave’s accessServers');
+    assert.equal(await alpha.ctx.store.getUser('dave'), null);
+    assert.equal(await alpha.ctx.store.getCopy(toDave.outgoingKey), null, 'nothing stored');
+    assert.equal(await deliveryRow(alpha, toDave.outgoingKey), null);
+  });
+});
