@@ -1,0 +1,147 @@
+/**
+ * Catch-up sync into an empty peer (SPEC §7): BENCH_EVENTS text pairs (default 200 000) of one owner
+ * are pre-signed and inserted through the store of the source server, then a fresh puller server pulls
+ * them in one cycle (POST /admin/sync), verifying both signatures of every pair and writing it with its
+ * outbox and delivery rows. Both servers are separate processes, so the puller's peak memory is its
+ * own VmHWM. The raw Ed25519 verify rate (sodium-native) is measured in the same run for comparison.
+ * Prints one JSON line.
+ *
+ * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL).
+ */
+import { createRequire } from 'node:module';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { toBase64 } from '../src/protocol/bytes.js';
+import { ed25519PublicKey } from '../src/protocol/ed25519.js';
+import { signProfile } from '../src/protocol/identity.js';
+import { openSqliteStore } from '../src/server/store/sqlite/store.js';
+import { connectRaw } from '../test/helpers/raw-client.js';
+import { pairOf, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
+import { freePort, startServerProcess } from '../test/helpers/server-process.js';
+
+const EVENTS = Number(process.env.BENCH_EVENTS ?? 200_000);
+const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
+const OWNER = 'alice';
+const SOURCE = 'source';
+const PULLER = 'puller';
+
+const sodium = createRequire(import.meta.url)('sodium-native') as {
+  crypto_sign_verify_detached(sig: Uint8Array, msg: Uint8Array, pk: Uint8Array): boolean;
+};
+
+/** Raw crypto_sign_verify_detached calls per second on one container's signed bytes, best of 4 rounds. */
+function rawVerifyRate(msPerRound = 500): number {
+  const { outgoing } = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 1 });
+  const msg = outgoing.bytes.subarray(0, outgoing.signedLength);
+  const pk = ed25519PublicKey(seedFor(OWNER));
+  let best = 0;
+  for (let round = 0; round < 4; round++) {
+    let n = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < msPerRound) {
+      for (let i = 0; i < 64; i++) if (!sodium.crypto_sign_verify_detached(outgoing.signature, msg, pk)) throw new Error('verify failed');
+      n += 64;
+    }
+    best = Math.max(best, n / ((performance.now() - t0) / 1000));
+  }
+  return Math.round(best);
+}
+
+const rssKiB = (pid: number, field: 'VmRSS' | 'VmHWM'): number => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+
+const profile = signProfile(
+  {
+    login: OWNER,
+    signKeyB64: toBase64(ed25519PublicKey(seedFor(OWNER))),
+    encKeyB64: toBase64(new Uint8Array(32).fill(7)),
+    accessServers: [SOURCE, PULLER],
+    version: 1,
+    updatedAtMs: Date.now(),
+  },
+  seedFor(OWNER),
+);
+
+const loadBefore = Number(os.loadavg()[0]!.toFixed(2));
+const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 0 }, { kind: 'text', bodyBytes: 96 }).outgoing.bytes.length;
+
+// ---- the source's data, written through its store before it starts ----
+const sourceDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-source-'));
+const [sourcePort, pullerPort] = await Promise.all([freePort(), freePort()]);
+const buildStarted = performance.now();
+{
+  const store = openSqliteStore({ path: join(sourceDir, 'shine.sqlite'), sync: SYNC });
+  await store.migrate();
+  await store.putUser(profile, 'local', Date.now());
+  const base = Date.now() - EVENTS - 60_000;
+  const outbox = { localOwners: new Set([OWNER]), synced: false };
+  // Writes issued together share commits (group commit); a bounded window keeps the queue small.
+  const WINDOW = 4096;
+  for (let start = 0; start < EVENTS; start += WINDOW) {
+    const writes = [];
+    for (let i = start; i < Math.min(EVENTS, start + WINDOW); i++) {
+      const t = base + i;
+      const { incoming, outgoing } = pairOf({ from: OWNER, to: 'bob', timeMs: t, nonce: i }, { kind: 'text', bodyBytes: 96 });
+      writes.push(
+        store.storePair({ incoming, outgoing, nowMs: t, outbox, delivery: { state: 'delivered', attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null } }),
+      );
+    }
+    await Promise.all(writes);
+  }
+  await store.close();
+}
+const buildSeconds = (performance.now() - buildStarted) / 1000;
+
+const common = { SHINE_SYNC_INTERVAL_MS: '1000000000', SHINE_LOG_LEVEL: 'warn', SHINE_SQLITE_SYNC: SYNC };
+await using puller = await startServerProcess({
+  port: pullerPort,
+  env: { ...common, SHINE_SERVER_LOGIN: PULLER, SHINE_ADMIN_TOKEN: ADMIN_TOKEN, SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws` },
+});
+{
+  await using c = await connectRaw(puller.wsUrl);
+  await c.call('RegisterUser', { profile });
+}
+await using source = await startServerProcess({
+  port: sourcePort,
+  env: { ...common, SHINE_SERVER_LOGIN: SOURCE, SHINE_DATA_DIR: sourceDir, SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws` },
+});
+
+const rawVerifyPerSec = rawVerifyRate();
+const idleRssKiB = rssKiB(puller.pid, 'VmRSS');
+const cpu0 = puller.cpuMs();
+const sourceCpu0 = source.cpuMs();
+const t0 = performance.now();
+const summary = await syncNow(puller.httpUrl);
+const seconds = (performance.now() - t0) / 1000;
+const pullerCpuMs = puller.cpuMs() - cpu0;
+const sourceCpuMs = source.cpuMs() - sourceCpu0;
+if (summary.dmRows !== EVENTS || summary.errors !== 0) throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
+const eventsPerSec = EVENTS / seconds;
+
+const cpus = os.cpus();
+console.log(
+  JSON.stringify({
+    bench: 'catch-up',
+    date: new Date().toISOString(),
+    machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version, platform: `${process.platform}-${process.arch}`, loadAvg1mBefore: loadBefore },
+    durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
+    events: EVENTS,
+    event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes, 2 signature checks)`,
+    buildSeconds: Number(buildSeconds.toFixed(1)),
+    catchUp: {
+      seconds: Number(seconds.toFixed(2)),
+      eventsPerSec: Math.round(eventsPerSec),
+      signatureChecksPerSec: Math.round(eventsPerSec * 2),
+      pages: Math.ceil(EVENTS / 500),
+      pullerCpuPercent: Math.round((pullerCpuMs / (seconds * 1000)) * 100),
+      sourceCpuPercent: Math.round((sourceCpuMs / (seconds * 1000)) * 100),
+      pullerIdleRssMiB: Math.round(idleRssKiB / 1024),
+      pullerPeakRssMiB: Math.round(puller.peakRssKiB() / 1024),
+      loadAvg1mAfter: Number(os.loadavg()[0]!.toFixed(2)),
+    },
+    rawVerify: { library: 'sodium-native crypto_sign_verify_detached', perSec: rawVerifyPerSec, note: 'one core, bench process, servers idle' },
+    signatureChecksToRawVerify: Number(((eventsPerSec * 2) / rawVerifyPerSec).toFixed(3)),
+  }),
+);
+await source.close();
+rmSync(sourceDir, { recursive: true, force: true });

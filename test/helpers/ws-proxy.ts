@@ -1,0 +1,80 @@
+/**
+ * A WebSocket relay put in front of a server's /ws (give that server SHINE_PUBLIC_WS_URL = proxy.wsUrl
+ * so its peers dial the relay). It forwards text frames both ways unchanged, shows every frame to the
+ * test, and can hold back chosen client frames — so a test can stop a peer between two steps of a
+ * protocol (e.g. after it stored a sync page, before its ACK reaches the source).
+ */
+import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
+
+export type ProxyVerdict = 'pass' | 'hold';
+
+export interface WsProxy extends AsyncDisposable {
+  readonly wsUrl: string;
+  /** Decides for each frame from a client (a connecting peer); frames held are never forwarded. */
+  filter: (frame: ParsedFrame) => ProxyVerdict;
+  /** Called for every frame the upstream server sends back. */
+  onAnswer: (frame: ParsedFrame) => void;
+  close(): Promise<void>;
+}
+
+/** A frame as JSON, or null for text that is not JSON. */
+export type ParsedFrame = { op?: string; requestId?: string; payload?: Record<string, unknown> } | null;
+
+function parse(text: string): ParsedFrame {
+  try {
+    return JSON.parse(text) as ParsedFrame;
+  } catch {
+    return null;
+  }
+}
+
+export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 64 * 1024 * 1024 });
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  const sockets = new Set<WebSocket>();
+  const proxy: WsProxy = {
+    wsUrl: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/ws`,
+    filter: () => 'pass',
+    onAnswer: () => undefined,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.terminate();
+        server.close(() => resolve());
+      }),
+    [Symbol.asyncDispose]: () => proxy.close(),
+  };
+  server.on('connection', (client) => {
+    const upstream = new WebSocket(upstreamWsUrl, { maxPayload: 64 * 1024 * 1024 });
+    sockets.add(client).add(upstream);
+    const early: string[] = [];
+    upstream.on('open', () => {
+      for (const text of early.splice(0)) upstream.send(text);
+    });
+    client.on('message', (data) => {
+      const text = String(data);
+      if (proxy.filter(parse(text)) === 'hold') return;
+      if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
+      else early.push(text);
+    });
+    upstream.on('message', (data) => {
+      const text = String(data);
+      proxy.onAnswer(parse(text));
+      if (client.readyState === WebSocket.OPEN) client.send(text);
+    });
+    const end = (): void => {
+      client.terminate();
+      upstream.terminate();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+    client.on('error', end);
+    upstream.on('error', end);
+  });
+  return proxy;
+}
