@@ -1,0 +1,105 @@
+/**
+ * Federated `shine serve` processes on loopback, for fault tests and benchmarks: ports are chosen up
+ * front so every server's SHINE_PEERS can name all the others. Also reads of what the processes hold
+ * (whole dialog histories, /debug rows, /metrics counters) shared by those tests and benchmarks.
+ */
+import WebSocket from 'ws';
+import type { HistoryItem, Identity, UserProfile } from '../../src/client/index.js';
+import { ShineClient, makeProfile } from '../../src/client/index.js';
+import type { ServerProcess } from './server-process.js';
+import { freePort, startServerProcess } from './server-process.js';
+
+export interface FederatedSpec {
+  serverLogin: string;
+  /** Extra environment of this server only. */
+  env?: Record<string, string>;
+}
+
+/** The admin token every process of startFederatedProcesses gets (so /debug is reachable). */
+export const ADMIN_TOKEN = 'fault-test-admin-token';
+
+/**
+ * Starts one process per spec, in parallel, each with SHINE_SERVER_LOGIN, SHINE_PEERS naming all the
+ * others, SHINE_ADMIN_TOKEN, and `env` (shared) under the spec's own env.
+ */
+export async function startFederatedProcesses(specs: FederatedSpec[], env: Record<string, string> = {}): Promise<ServerProcess[]> {
+  const ports = await Promise.all(specs.map(() => freePort()));
+  const started = await Promise.allSettled(
+    specs.map((spec, i) =>
+      startServerProcess({
+        port: ports[i]!,
+        env: {
+          SHINE_LOG_LEVEL: process.env.SHINE_TEST_LOG_LEVEL ?? 'error',
+          SHINE_SERVER_LOGIN: spec.serverLogin,
+          SHINE_PEERS: specs
+            .map((other, j) => (j === i ? null : `${other.serverLogin}=ws://127.0.0.1:${ports[j]}/ws`))
+            .filter((p) => p !== null)
+            .join(','),
+          SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
+          ...env,
+          ...spec.env,
+        },
+      }),
+    ),
+  );
+  const ok = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(ok.map((p) => p.close()));
+    throw failed.reason;
+  }
+  return ok;
+}
+
+/** The identity's version-1 profile; a fixed updatedAtMs, so registering it again is idempotent. */
+export function profileOf(identity: Identity, accessServers: string[]): UserProfile {
+  return makeProfile(identity, accessServers, 1, 1_774_700_000_000);
+}
+
+/** Connects to wsUrl, registers the identity with accessServers (idempotent) and logs in as deviceId. */
+export async function connectIdentity(wsUrl: string, identity: Identity, accessServers: string[], deviceId: string): Promise<ShineClient> {
+  const client = await ShineClient.connect(wsUrl, { WebSocket: WebSocket as never });
+  try {
+    await client.register(profileOf(identity, accessServers));
+    await client.login(identity, deviceId);
+  } catch (err) {
+    await client.close();
+    throw err;
+  }
+  return client;
+}
+
+/** Every item of the session user's dialog with peer (types 1 and 2), newest first, all pages. */
+export async function wholeHistory(client: ShineClient, peer: string): Promise<HistoryItem[]> {
+  const items: HistoryItem[] = [];
+  let before = { timeMs: 0, messageKey: '' };
+  for (;;) {
+    const page = await client.request('GetDirectMessages', { peerLogin: peer, beforeTimeMs: before.timeMs, beforeMessageKey: before.messageKey, limit: 200 });
+    items.push(...page.items);
+    if (!page.hasMore) return items;
+    before = { timeMs: page.nextBeforeTimeMs, messageKey: page.nextBeforeMessageKey };
+  }
+}
+
+/** GET an admin/debug route of a process with the admin token; throws unless 200. */
+export async function adminGet<T>(server: Pick<ServerProcess, 'httpUrl'>, path: string): Promise<T> {
+  const res = await fetch(`${server.httpUrl}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+  if (!res.ok) throw new Error(`GET ${path} answered ${res.status}`);
+  return (await res.json()) as T;
+}
+
+/**
+ * The sum of a Prometheus series of /metrics over every label set that includes `labels`
+ * (e.g. `shine_ops_total` with `{op: 'ReceiveIncomingMessage'}` sums all statuses unless one is given).
+ */
+export async function metricSum(httpUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`${httpUrl}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have = new Map([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]));
+    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) sum += Number(m[3]);
+  }
+  return sum;
+}

@@ -1,0 +1,146 @@
+/**
+ * Two delivery workers on ONE database never run the same attempt twice (SPEC §6.6: a lease and a
+ * compare-and-set on row_version).
+ *
+ * Setup, all real: three `shine serve` processes. A1 and A2 are the same logical server `alpha` (same
+ * SHINE_SERVER_KEY_SEED_B64, same SHINE_PUBLIC_WS_URL) on two ports, sharing one SQLite file through
+ * SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
+ * server, the real recipient. Before the servers start, the test process migrates the shared file (so
+ * they do not race on migrations) and stores bob's profile in it as imported, as A would after a
+ * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through A1 (B then
+ * imports alice's profile).
+ *
+ * Then, while both workers poll, the test opens a third connection to the file and stores ROWS pairs
+ * with the store's own storePair in one burst, each with a delivery row `accepted`, attempt 0, due now
+ * (the shape replication gives a pair nobody has tried yet, SPEC §6.8). Both workers see the same due
+ * rows within a tick and race for them.
+ *
+ * The server-to-server timeout is 500 ms, so a lease (3 timeouts) is 1.5 s: shorter than the rows take
+ * to go through. A lease taken when a row is scanned, instead of when its attempt starts, would run
+ * out while the row waits in the queue, and the other worker would run the same attempt again.
+ *
+ * Proof that each attempt ran once: B answered exactly ROWS more ReceiveIncomingMessage calls (its
+ * /metrics `shine_ops_total{op="ReceiveIncomingMessage"}`), the workers counted exactly ROWS successful
+ * attempts, both took part, and every row ends `delivered` with its lease released. The one allowed
+ * excess is a call that timed out at A (counted in A's `shine_s2s_errors_total`) yet reached B: its
+ * row is retried — a new attempt, not the same one twice; on an idle machine there is none. The
+ * counters are read after every row is terminal and neither worker has an attempt queued or running: a
+ * claim needs `state = 'accepted'`, so no call can start after that.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { ShineClient } from '../../src/client/index.js';
+import { createIdentity, textPair } from '../../src/client/index.js';
+import { toBase64 } from '../../src/protocol/bytes.js';
+import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
+import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import { connectIdentity, metricSum, profileOf } from '../helpers/federated-processes.js';
+import type { ServerProcess } from '../helpers/server-process.js';
+import { freePort, startServerProcess } from '../helpers/server-process.js';
+import { waitUntil } from '../helpers/wait.js';
+
+const ROWS = 1000;
+
+describe('two workers sharing one SQLite database', () => {
+  let sharedDir: string;
+  let store: SqliteStore;
+  const servers: ServerProcess[] = [];
+  const clients: ShineClient[] = [];
+  const alice = createIdentity('alice');
+  const bob = createIdentity('bob');
+
+  before(async () => {
+    sharedDir = await mkdtemp(join(tmpdir(), 'shine-shared-'));
+    const dbPath = join(sharedDir, 'shine.sqlite');
+    store = openSqliteStore({ path: dbPath, sync: 'full' });
+    await store.migrate();
+    await store.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
+    const [pA1, pA2, pB] = await Promise.all([freePort(), freePort(), freePort()]);
+    const logLevel = process.env.SHINE_TEST_LOG_LEVEL ?? 'error';
+    const alpha = {
+      SHINE_LOG_LEVEL: logLevel,
+      SHINE_SERVER_LOGIN: 'alpha',
+      SHINE_SERVER_KEY_SEED_B64: toBase64(randomBytes(32)),
+      SHINE_PUBLIC_WS_URL: `ws://127.0.0.1:${pA1}/ws`,
+      SHINE_DB: `sqlite:${dbPath}`,
+      SHINE_PEERS: `beta=ws://127.0.0.1:${pB}/ws`,
+      SHINE_WORKER_TICK_MS: '50',
+      SHINE_S2S_TIMEOUT_MS: '500',
+      // Quick retries for a call that timed out; the last offset is never reached, so no row can fail.
+      SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,3600000',
+    };
+    const started = await Promise.allSettled([
+      startServerProcess({ port: pA1!, env: alpha }),
+      startServerProcess({ port: pA2!, env: alpha }),
+      startServerProcess({ port: pB!, env: { SHINE_LOG_LEVEL: logLevel, SHINE_SERVER_LOGIN: 'beta', SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws` } }),
+    ]);
+    for (const s of started) if (s.status === 'fulfilled') servers.push(s.value);
+    const failed = started.find((s) => s.status === 'rejected');
+    if (failed) throw failed.reason;
+  });
+  after(async () => {
+    await Promise.all(clients.map((c) => c.close()));
+    await Promise.all(servers.map((s) => s.close()));
+    await store?.close();
+    if (sharedDir) await rm(sharedDir, { recursive: true, force: true });
+  });
+
+  it(`${ROWS} rows due at once: each attempt reaches the recipient once, every row ends delivered`, async (t) => {
+    const [a1, a2, b] = servers as [ServerProcess, ServerProcess, ServerProcess];
+    const both = async (name: string, labels: Record<string, string> = {}) =>
+      (await metricSum(a1.httpUrl, name, labels)) + (await metricSum(a2.httpUrl, name, labels));
+    const receiveCalls = () => metricSum(b.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' });
+    const idle = async () => (await both('shine_delivery_attempts_running')) === 0 && (await both('shine_delivery_queue_depth')) === 0;
+
+    clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bob-phone'));
+    const aliceOnA1 = await connectIdentity(a1.wsUrl, alice, ['alpha'], 'alice-phone');
+    clients.push(aliceOnA1);
+    const warm = await aliceOnA1.sendText('bob', 'warm-up');
+    // Only what comes after the warm-up is counted: its row must be settled and the workers idle.
+    await waitUntil(async () => (await store.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()), 15_000, 'warm-up delivered');
+    const callsBefore = await receiveCalls();
+    const errorsBefore = await both('shine_s2s_errors_total');
+    const attemptsBefore = await both('shine_delivery_attempts_total');
+    const deliveredBefore = await both('shine_delivery_attempts_total', { outcome: 'delivered' });
+
+    const bobKey = { login: 'bob', encKey: Buffer.from(bob.encPublicKey) };
+    const now = Date.now();
+    const pairs = Array.from({ length: ROWS }, (_, i) => textPair(alice, bobKey, `row ${i}`, { timeMs: now - ROWS + i }));
+    // One burst in one turn of the event loop: the store's group commit writes it in a few transactions.
+    const stored = await Promise.all(
+      pairs.map((p) =>
+        store.storePair({
+          incoming: p.incoming,
+          outgoing: p.outgoing,
+          nowMs: now,
+          outbox: { localOwners: new Set(['alice']), synced: true },
+          delivery: { state: 'accepted', attempt: 0, acceptedAtMs: now, nextAttemptAtMs: now },
+        }),
+      ),
+    );
+    assert.ok(stored.every((r) => r.outgoing.outcome === 'inserted' && r.deliveryState === 'accepted'));
+
+    await waitUntil(async () => (await store.countDeliveriesByState()).accepted === 0 && (await idle()), 45_000, 'every row terminal and both workers idle');
+
+    assert.deepEqual(await store.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
+    const rows = await Promise.all(stored.map((r) => store.getDelivery(r.outgoing.messageKey)));
+    assert.ok(
+      rows.every((r) => r?.state === 'delivered' && r.leaseUntilMs === null),
+      'each row delivered, lease released',
+    );
+    const timedOut = (await both('shine_s2s_errors_total')) - errorsBefore;
+    const calls = (await receiveCalls()) - callsBefore;
+    const byA1 = await metricSum(a1.httpUrl, 'shine_delivery_attempts_total', { outcome: 'delivered' });
+    const byA2 = await metricSum(a2.httpUrl, 'shine_delivery_attempts_total', { outcome: 'delivered' });
+    t.diagnostic(`delivered by A1 ${byA1}, by A2 ${byA2}; calls at B ${calls} for ${ROWS} rows; timed-out calls ${timedOut}`);
+
+    assert.equal(byA1 + byA2 - deliveredBefore, ROWS, 'one successful attempt per row');
+    assert.equal((await both('shine_delivery_attempts_total')) - attemptsBefore, ROWS + timedOut, 'attempts = rows + retries of timed-out calls');
+    assert.ok(calls >= ROWS && calls <= ROWS + timedOut, `ReceiveIncomingMessage calls at B (${calls}) = rows (${ROWS}) + at most the timed-out calls (${timedOut})`);
+    assert.ok(byA1 > 0 && byA2 > 0, 'both workers took part');
+  });
+});
