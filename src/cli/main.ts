@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import type { DeliveryStateChangedEvent, DirectMessageEvent, HistoryEntry, Identity, OpenedMessage } from '../client/index.js';
 import { ShineClient, createIdentity, fetchServerDescriptor, identityFromJson, identityToJson, makeProfile } from '../client/index.js';
+import type { SyncCycleSummary } from '../protocol/ops.js';
 
 const USAGE = `usage:
   shine serve [--config FILE] [--host H] [--port P] [--server-login L] [--data-dir D] [...]
@@ -216,14 +217,6 @@ async function history(args: string[]): Promise<void> {
   });
 }
 
-interface CycleSummary {
-  peers: number;
-  users: number;
-  dmRows: number;
-  settingsRows: number;
-  errors: number;
-  durationMs: number;
-}
 
 /** POST /admin/sync on a server (SPEC §8) and prints the cycle's summary; exit status 1 if an exchange failed. */
 async function sync(args: string[]): Promise<void> {
@@ -247,7 +240,7 @@ async function sync(args: string[]): Promise<void> {
     const hint = res.status === 404 ? ' (is SHINE_ADMIN_TOKEN set on the server?)' : res.status === 401 ? ' (wrong admin token)' : '';
     throw new Error(`POST ${url.href} answered ${res.status}${hint}: ${body.slice(0, 500)}`);
   }
-  const s = JSON.parse(body) as CycleSummary;
+  const s = JSON.parse(body) as SyncCycleSummary;
   if (values.json) out(body);
   else {
     out(

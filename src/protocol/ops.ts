@@ -87,7 +87,8 @@ export interface PairAnswer {
   deliveredWebPushSessions: number;
 }
 
-export interface HistoryItem {
+/** The fields every view of one stored copy carries. */
+export interface CopyFields {
   messageKey: string;
   baseKey: string;
   messageType: number;
@@ -96,6 +97,9 @@ export interface HistoryItem {
   timeMs: number;
   revisionTimeMs: number;
   reencryptedAtMs: number;
+}
+
+export interface HistoryItem extends CopyFields {
   createdAtMs: number;
   readAtMs: number | null;
   deliveryState: DeliveryState | null;
@@ -143,15 +147,7 @@ export interface DeliveryStatusItem {
 }
 
 /** The DirectMessage event (SPEC §5.3). */
-export interface DirectMessageEvent {
-  messageKey: string;
-  baseKey: string;
-  messageType: number;
-  fromLogin: string;
-  toLogin: string;
-  timeMs: number;
-  revisionTimeMs: number;
-  reencryptedAtMs: number;
+export interface DirectMessageEvent extends CopyFields {
   storedAtMs: number;
   blobB64: string;
 }
@@ -160,4 +156,14 @@ export interface DeliveryStateChangedEvent {
   baseKey: string;
   outgoingKey: string;
   deliveryState: DeliveryState;
+}
+
+/** What one replication cycle did: the answer of POST /admin/sync (SPEC §8). */
+export interface SyncCycleSummary {
+  peers: number;
+  users: number;
+  dmRows: number;
+  settingsRows: number;
+  errors: number;
+  durationMs: number;
 }

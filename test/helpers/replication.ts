@@ -18,7 +18,7 @@ import {
   messageKeyOf,
 } from '../../src/protocol/container.js';
 import { s2sSigningText, signText } from '../../src/protocol/identity.js';
-import type { OpResults } from '../../src/protocol/ops.js';
+import type { OpResults, SyncCycleSummary } from '../../src/protocol/ops.js';
 import type { RunningServer } from '../../src/server/app.js';
 import { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import type { NetworkServerSpec } from './network.js';
@@ -189,17 +189,9 @@ export async function adminCall<T>(httpUrl: string, method: 'GET' | 'POST', path
   return JSON.parse(body) as T;
 }
 
-export interface CycleSummary {
-  peers: number;
-  users: number;
-  dmRows: number;
-  settingsRows: number;
-  errors: number;
-  durationMs: number;
-}
 
 /** POST /admin/sync: one replication cycle of that server, answered when it is done. */
-export const syncNow = (httpUrl: string, token = ADMIN_TOKEN): Promise<CycleSummary> => adminCall<CycleSummary>(httpUrl, 'POST', '/admin/sync', token);
+export const syncNow = (httpUrl: string, token = ADMIN_TOKEN): Promise<SyncCycleSummary> => adminCall<SyncCycleSummary>(httpUrl, 'POST', '/admin/sync', token);
 
 /** Resolves once the server has finished `count` replication cycles (the start-up one included). */
 export async function cyclesDone(httpUrl: string, count = 1): Promise<void> {

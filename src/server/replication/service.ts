@@ -7,7 +7,7 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DeliveryStatusItem, OpResults } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpResults, SyncCycleSummary } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../delivery/engine.js';
@@ -46,14 +46,6 @@ export interface SyncBatchPayload {
 type DmSyncAnswer = OpResults['DmSyncBatch'];
 type SettingsSyncAnswer = OpResults['UserSettingsSyncBatch'];
 
-export interface CycleSummary {
-  peers: number;
-  users: number;
-  dmRows: number;
-  settingsRows: number;
-  errors: number;
-  durationMs: number;
-}
 
 const PAGE_LIMIT = 500;
 const DEFAULT_MAX_BYTES = 3_000_000;
@@ -61,13 +53,13 @@ const HOUR = 3_600_000;
 
 export class ReplicationService {
   private timer: TimerHandle | null = null;
-  private running: Promise<CycleSummary> | null = null;
+  private running: Promise<SyncCycleSummary> | null = null;
   private closed = false;
   private readonly pulled: Counter;
   private readonly syncErrors: Counter;
   private readonly cycles: Counter;
   /** The last finished cycle, for logs and /metrics. */
-  lastCycle: (CycleSummary & { finishedAtMs: number }) | null = null;
+  lastCycle: (SyncCycleSummary & { finishedAtMs: number }) | null = null;
 
   constructor(private readonly deps: ReplicationDeps) {
     const m = deps.metrics;
@@ -166,17 +158,17 @@ export class ReplicationService {
   }
 
   /** One replication cycle; a call while one runs joins it. */
-  runCycle(): Promise<CycleSummary> {
+  runCycle(): Promise<SyncCycleSummary> {
     this.running ??= this.cycle().finally(() => {
       this.running = null;
     });
     return this.running;
   }
 
-  private async cycle(): Promise<CycleSummary> {
+  private async cycle(): Promise<SyncCycleSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
-    const summary: CycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
+    const summary: SyncCycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
     if (config.serverLogin === 'local') return summary;
     for (const peer of await store.peerServersOf(config.serverLogin)) {
       summary.peers++;
