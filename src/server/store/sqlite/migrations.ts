@@ -39,6 +39,7 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
 
   -- One row per stored copy. read_at_ms: on a text copy, when it was read; on a receipt, its readAtMs.
   -- target_base_key: the message a receipt or a delete names. replay = 0 for copies stored by sync.
+  -- origin_device: the device that sent this revision (its own copy counts as acknowledged by it).
   CREATE TABLE signed_messages (
     message_key TEXT PRIMARY KEY,
     base_key TEXT NOT NULL,
@@ -54,6 +55,7 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     read_at_ms INTEGER,
     target_base_key TEXT,
     replay INTEGER NOT NULL,
+    origin_device TEXT,
     blob BLOB NOT NULL
   ) STRICT;
   CREATE INDEX signed_messages_history
@@ -77,7 +79,7 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     row_version INTEGER NOT NULL,
     last_error TEXT,
     updated_at_ms INTEGER NOT NULL
-  ) STRICT;
+  ) STRICT, WITHOUT ROWID;
   CREATE INDEX dm_delivery_state_due ON dm_delivery_state (next_attempt_at_ms) WHERE state = 'accepted';
 
   CREATE TABLE dm_sync_outbox (
@@ -112,7 +114,7 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     delete_before_ms INTEGER NOT NULL,
     created_at_ms INTEGER NOT NULL,
     PRIMARY KEY (owner_login, kind, target)
-  ) STRICT;
+  ) STRICT, WITHOUT ROWID;
 
   CREATE TABLE push_subscriptions (
     endpoint TEXT PRIMARY KEY,
@@ -142,14 +144,14 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     reencrypted_at_ms INTEGER NOT NULL,
     acked_at_ms INTEGER NOT NULL,
     PRIMARY KEY (owner_login, device_id, message_key)
-  ) STRICT;
+  ) STRICT, WITHOUT ROWID;
 
   CREATE TABLE s2s_nonces (
     server_login TEXT NOT NULL,
     nonce TEXT NOT NULL,
     seen_at_ms INTEGER NOT NULL,
     PRIMARY KEY (server_login, nonce)
-  ) STRICT;
+  ) STRICT, WITHOUT ROWID;
   CREATE INDEX s2s_nonces_seen ON s2s_nonces (seen_at_ms);
   `,
 ];

@@ -161,7 +161,9 @@ export class SqliteStore implements Store {
     return this.db.write(() => {
       const { incoming, outgoing, nowMs } = input;
       const replay = !input.silent;
-      const out = this.storeCopyTx(outgoing, nowMs, replay);
+      // The sending device's own copy counts as acknowledged by it (SPEC §5.3), without a row of its own.
+      const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
+      const out = this.storeCopyTx(outgoing, nowMs, replay, origin);
       const inc = this.storeCopyTx(incoming, nowMs, replay);
       const outKey = out.messageKey;
       if (changed(out) && input.outbox.localOwners.has(outgoing.fromLogin)) {
@@ -197,9 +199,6 @@ export class SqliteStore implements Store {
           nowMs,
         );
       }
-      if (changed(out) && input.senderDevice) {
-        this.ackTx(input.senderDevice.login, input.senderDevice.deviceId, outKey, outgoing, nowMs);
-      }
       const state = this.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(outKey) as
         | { state: DeliveryState }
         | undefined;
@@ -220,7 +219,7 @@ export class SqliteStore implements Store {
   }
 
   /** Latest revision wins, tombstones win; applies receipts and deletes. Runs inside a transaction. */
-  private storeCopyTx(c: Container, nowMs: number, replay: boolean): CopyResult {
+  private storeCopyTx(c: Container, nowMs: number, replay: boolean, originDevice: string | null = null): CopyResult {
     const owner = ownerOf(c);
     const peer = peerOf(c);
     const baseKey = baseKeyOf(c);
@@ -260,15 +259,15 @@ export class SqliteStore implements Store {
     if (existing) {
       this.sql(
         `UPDATE signed_messages SET revision_time_ms = ?, reencrypted_at_ms = ?, stored_at_ms = ?, blob = ?, replay = ?,
-           read_at_ms = CASE WHEN message_type IN (3, 4) THEN ? ELSE read_at_ms END
+           origin_device = ?, read_at_ms = CASE WHEN message_type IN (3, 4) THEN ? ELSE read_at_ms END
          WHERE message_key = ?`,
-      ).run(c.revisionTimeMs, c.reencryptedAtMs, nowMs, blob, replay ? 1 : 0, readAt, messageKey);
+      ).run(c.revisionTimeMs, c.reencryptedAtMs, nowMs, blob, replay ? 1 : 0, originDevice, readAt, messageKey);
     } else {
       this.sql(
         `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
-           revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, blob)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(messageKey, baseKey, owner, peer, t, c.timeMs, c.nonce, c.revisionTimeMs, c.reencryptedAtMs, nowMs, nowMs, readAt, target, replay ? 1 : 0, blob);
+           revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, origin_device, blob)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(messageKey, baseKey, owner, peer, t, c.timeMs, c.nonce, c.revisionTimeMs, c.reencryptedAtMs, nowMs, nowMs, readAt, target, replay ? 1 : 0, originDevice, blob);
     }
     if ((t === 3 || t === 4) && target && readAt !== null) {
       // A type 3 copy belongs to the original sender (its type 2 copy); a type 4 to the reader (type 1).
@@ -577,7 +576,7 @@ export class SqliteStore implements Store {
     const rows = this.sql(
       `SELECT m.* FROM session_devices d
          JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= d.first_seen_at_ms
-       WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1
+       WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1 AND m.origin_device IS NOT d.device_id
          AND (m.stored_at_ms, m.message_key) > (?, ?)
          AND NOT EXISTS (
            SELECT 1 FROM session_deliveries a
