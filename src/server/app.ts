@@ -100,7 +100,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     });
     stoppers.push(['peers', () => peers.close()]);
     directory.attachPeers(peers);
-    delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics });
+    delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics }, { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize });
     const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({ config, clock, store, directory, dm, federation, peers, log, metrics });

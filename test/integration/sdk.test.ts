@@ -10,6 +10,7 @@ import { ShineClient, createIdentity, makeProfile } from '../../src/client/index
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
+import { waitUntil } from '../helpers/wait.js';
 
 /** Resolves with the first event of op that matches; subscribe before causing it. */
 function nextEvent<K extends keyof KnownEvents>(client: ShineClient, op: K, match: (p: EventPayload<K>) => boolean = () => true, timeoutMs = 5000): Promise<EventPayload<K>> {
@@ -156,13 +157,7 @@ async function run(args: string[]): Promise<string> {
   return r.stdout;
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+const until = (condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> => waitUntil(condition, timeoutMs, what);
 
 describe('CLI smoke test', () => {
   it('serve starts a server and stops on SIGINT', async () => {

@@ -52,6 +52,10 @@ export interface Config {
   deviceForgetMs: number;
   /** A remote user's imported profile older than this is refreshed before delivering to it (SPEC §4). */
   profileRefreshMs: number;
+  /** Delivery attempts running at once. */
+  deliveryPoolSize: number;
+  /** Due rows waiting for the attempt pool; the worker scans no more while it is full. */
+  deliveryQueueSize: number;
   /** A socket whose unsent output grows past this is closed instead of buffering more. */
   wsMaxBufferedBytes: number;
 }
@@ -87,6 +91,8 @@ export interface ConfigInput {
   maxTimeSkewMs?: number | string | undefined;
   deviceForgetMs?: number | string | undefined;
   profileRefreshMs?: number | string | undefined;
+  deliveryPoolSize?: number | string | undefined;
+  deliveryQueueSize?: number | string | undefined;
   wsMaxBufferedBytes?: number | string | undefined;
 }
 
@@ -111,6 +117,8 @@ export const CONFIG_DEFAULTS = {
   maxTimeSkewMs: 300_000,
   deviceForgetMs: 30 * DAY_MS,
   profileRefreshMs: 60_000,
+  deliveryPoolSize: 32,
+  deliveryQueueSize: 1024,
   wsMaxBufferedBytes: 16 * 1024 * 1024,
 } as const satisfies Partial<Config>;
 
@@ -121,7 +129,8 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'host', 'port', 'serverLogin', 'publicWsUrl', 'dataDir', 'db', 'serverKeySeedB64', 'directoryFile', 'peers',
   's2sAuth', 'adminToken', 'retryScheduleMs', 'peerCheckAttempts', 'workerTickMs', 's2sTimeoutMs',
   'firstAttemptWaitMs', 'syncIntervalMs', 'sqliteSync', 'logLevel', 'rateLimit', 'authChallengeTtlMs',
-  'maxTimeSkewMs', 'deviceForgetMs', 'profileRefreshMs', 'wsMaxBufferedBytes',
+  'maxTimeSkewMs', 'deviceForgetMs', 'profileRefreshMs', 'deliveryPoolSize',
+  'deliveryQueueSize', 'wsMaxBufferedBytes',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -187,6 +196,8 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     maxTimeSkewMs: int('maxTimeSkewMs', input.maxTimeSkewMs ?? d.maxTimeSkewMs, 0),
     deviceForgetMs: int('deviceForgetMs', input.deviceForgetMs ?? d.deviceForgetMs, 1),
     profileRefreshMs: int('profileRefreshMs', input.profileRefreshMs ?? d.profileRefreshMs, 0),
+    deliveryPoolSize: int('deliveryPoolSize', input.deliveryPoolSize ?? d.deliveryPoolSize, 1),
+    deliveryQueueSize: int('deliveryQueueSize', input.deliveryQueueSize ?? d.deliveryQueueSize, 1),
     wsMaxBufferedBytes: int('wsMaxBufferedBytes', input.wsMaxBufferedBytes ?? d.wsMaxBufferedBytes, 1),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
