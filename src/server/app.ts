@@ -99,6 +99,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       onPeerAlive: (server) => void delivery?.peerAlive(server),
     });
     stoppers.push(['peers', () => peers.close()]);
+    metrics.gauge('s2s_calls_open', 'Server-to-server calls not finished yet, by peer (waiting for a connection included)', () => peers.openCalls());
     directory.attachPeers(peers);
     delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics }, { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize });
     const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });

@@ -19,6 +19,7 @@ import {
   dmSnapshot,
   fullHistory,
   historyView,
+  metricValue,
   outboxCounts,
   pairOf,
   replicationServer,
@@ -79,6 +80,11 @@ describe('replication: catch-up of an access server that was down', () => {
     assert.equal(historyA1.length, 2 * N - 6 - 3, 'conversation delete took 6, message deletes 3');
     assert.equal(before.tombstones.length, 4);
     const unsynced = (await outboxCounts(srv(A1).httpUrl, 'alice')).unsynced;
+
+    // Calls to the stopped alpha2 (bravo's deliveries, alpha1's forwards) wait out its reconnect
+    // backoff before they fail; let them end first, so that nothing reaches alpha2 live when it is back.
+    const callsToA2 = (i: number) => metricValue(srv(i).httpUrl, 's2s_calls_open', 'peer="alpha2"');
+    await waitUntil(async () => (await callsToA2(A1)) === 0 && (await callsToA2(B)) === 0, 30_000, 'calls to alpha2 ended');
 
     // alpha2 comes back; its start-up cycle finds no shared user yet (alice is new to it).
     await net.start(A2);

@@ -194,6 +194,8 @@ class PeerConnection {
 /** One connection per peer server, made on first use. */
 export class PeerPool implements PeerCaller {
   private readonly connections = new Map<string, PeerConnection>();
+  /** Calls not finished yet per peer, including those waiting out a backoff. */
+  private readonly open = new Map<string, number>();
 
   constructor(private readonly deps: PeerPoolDeps) {}
 
@@ -201,7 +203,17 @@ export class PeerPool implements PeerCaller {
     if (serverLogin === this.deps.serverLogin) throw new Error('a server does not call itself');
     let c = this.connections.get(serverLogin);
     if (!c) this.connections.set(serverLogin, (c = new PeerConnection(serverLogin, this.deps)));
-    return (await c.call(op, payload)) as T;
+    this.open.set(serverLogin, (this.open.get(serverLogin) ?? 0) + 1);
+    try {
+      return (await c.call(op, payload)) as T;
+    } finally {
+      this.open.set(serverLogin, this.open.get(serverLogin)! - 1);
+    }
+  }
+
+  /** Unfinished calls by peer, for /metrics. */
+  openCalls(): [{ peer: string }, number][] {
+    return [...this.open].map(([peer, n]) => [{ peer }, n]);
   }
 
   /**
