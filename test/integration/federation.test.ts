@@ -389,8 +389,13 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(imported?.source, 'imported');
     assert.deepEqual(imported?.profile, bob.profile);
 
+    // An anonymous socket never makes gamma ask other servers; a logged-in user's request does.
+    await using anonymous = await connectRaw(gamma.wsUrl);
+    const notImported = await anonymous.request('GetUserProfile', { login: 'dave' });
+    assert.equal(!notImported.ok && notImported.error.code, 'USER_NOT_FOUND');
+    assert.equal(await gamma.ctx.store.getUser('dave'), null);
     // gamma learns dave's genuine profile; with beta down it is the only server that can answer for dave.
-    await using g = await connectRaw(gamma.wsUrl);
+    await using g = await connectUser(gamma.wsUrl, makeUser('gina', ['gamma']));
     assert.deepEqual((await g.call<{ profile: unknown }>('GetUserProfile', { login: 'dave' })).profile, dave.profile);
     await net.stop(1);
     const asked = await opCount(gamma, 'GetUserProfile');

@@ -20,8 +20,9 @@ export function directoryOps(directory: Directory): OpGroup {
       auth: 'none',
       schema: opSchemas.GetUserProfile,
       async handle({ login }, session): Promise<OpResults['GetUserProfile']> {
-        // Servers get only what this server knows: an import on their behalf could loop between servers.
-        const profile = await directory.getProfile(login, { noImport: session.serverLogin !== null });
+        // Only a logged-in user's request may make this server ask others: an import for a server could
+        // loop between servers, and one for an anonymous socket would let anyone make it call every peer.
+        const profile = await directory.getProfile(login, { noImport: session.login === null });
         if (!profile) throw new ShineError('USER_NOT_FOUND', `no user ${login}`);
         return { profile };
       },

@@ -111,10 +111,17 @@ export class DeliveryEngine {
    */
   firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, routes: readonly string[], senderPeer: string | null): Promise<DeliveryState> {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
-    const outcome = this.callRoutes(routes, payload).then(async (ok) => {
-      if (!ok) return 'accepted' as const;
-      await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now());
-      return 'delivered' as const;
+    // Never rejects: callers chain on it without a catch of their own.
+    const outcome = this.callRoutes(routes, payload).then(async (ok): Promise<DeliveryState> => {
+      if (!ok) return 'accepted';
+      try {
+        await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now());
+        return 'delivered';
+      } catch (err) {
+        // The row stays accepted: the worker's next attempt delivers again (the recipient stores idempotently).
+        this.deps.log.error('could not record a delivery', { key: outgoingKey, err: String(err) });
+        return 'accepted';
+      }
     });
     if (senderPeer) {
       const forward = { ...payload, outgoingBlobB64: toBase64(outgoing.bytes) };
@@ -274,6 +281,15 @@ export class DeliveryEngine {
   /** A peer server showed life: its due-later rows are attempted now (an extra attempt, never past the hour). */
   async peerAlive(serverLogin: string): Promise<void> {
     if (this.closed) return;
+    try {
+      await this.wake(serverLogin);
+    } catch (err) {
+      // Only an early extra attempt is lost; the regular schedule still runs.
+      this.deps.log.warn('could not wake rows for a peer', { peer: serverLogin, err: String(err) });
+    }
+  }
+
+  private async wake(serverLogin: string): Promise<void> {
     const { clock, config, store } = this.deps;
     const now = clock.now();
     // A pair accepted moments ago may be in its first attempt right now (no lease guards it): waking

@@ -55,6 +55,9 @@ export class Directory {
   private readonly profileLock = new KeyedMutex();
   private self: ServerDescriptor | null = null;
   private readonly misses = new Map<string, number>();
+  private readonly importing = new Map<string, Promise<DirectoryEntry | null>>();
+  private readonly refreshing = new Map<string, Promise<DirectoryEntry | null>>();
+  private readonly refreshFailedAt = new Map<string, number>();
   private peers: PeerCaller | null = null;
 
   constructor(private readonly deps: DirectoryDeps) {}
@@ -86,14 +89,46 @@ export class Directory {
    * (SPEC §4). With refreshAfterMs, an imported profile older than that is refreshed from its access
    * servers first, so route changes are followed.
    */
-  async lookup(login: string, opts: { refreshAfterMs?: number; noImport?: boolean } = {}): Promise<DirectoryEntry | null> {
+  async lookup(
+    login: string,
+    opts: { refreshAfterMs?: number; noImport?: boolean; background?: boolean } = {},
+  ): Promise<DirectoryEntry | null> {
     const known = await this.lookupKnown(login);
-    if (!known) return opts.noImport ? null : this.importProfile(login);
+    if (!known) return opts.noImport ? null : this.once(this.importing, login, () => this.importProfile(login));
     const { refreshAfterMs } = opts;
-    if (refreshAfterMs !== undefined && known.source === 'imported' && this.deps.clock.now() - known.fetchedAtMs > refreshAfterMs) {
-      return (await this.refresh(known)) ?? known;
+    const now = this.deps.clock.now();
+    if (
+      refreshAfterMs !== undefined &&
+      known.source === 'imported' &&
+      now - known.fetchedAtMs > refreshAfterMs &&
+      now - (this.refreshFailedAt.get(login) ?? -Infinity) > refreshAfterMs
+    ) {
+      const refreshed = this.once(this.refreshing, login, async () => {
+        const entry = await this.refresh(known);
+        // Unreachable servers are asked again only after another refresh period, not on every message.
+        if (!entry) remember(this.refreshFailedAt, login, this.deps.clock.now());
+        return entry;
+      });
+      // A client's request never waits for other servers: it goes with the cached profile.
+      if (opts.background) return known;
+      return (await refreshed) ?? known;
     }
     return known;
+  }
+
+  /** Runs fn once per login at a time: concurrent callers share the running call. */
+  private once(running: Map<string, Promise<DirectoryEntry | null>>, login: string, fn: () => Promise<DirectoryEntry | null>): Promise<DirectoryEntry | null> {
+    let p = running.get(login);
+    if (!p) {
+      p = fn()
+        .catch((err: unknown) => {
+          this.deps.log.warn('directory look-up failed', { login, err: String(err) });
+          return null;
+        })
+        .finally(() => running.delete(login));
+      running.set(login, p);
+    }
+    return p;
   }
 
   /** The user as this server knows it, without asking anyone. */
@@ -144,8 +179,7 @@ export class Directory {
       this.deps.log.info('profile imported', { login, from: server, version: profile.version });
       return this.lookupKnown(login);
     }
-    if (this.misses.size >= CACHE_LIMIT) this.misses.clear();
-    this.misses.set(login, now + MISS_TTL_MS);
+    remember(this.misses, login, now + MISS_TTL_MS);
     return null;
   }
 
@@ -362,4 +396,14 @@ function descriptorShapeProblem(d: unknown): string | null {
   if (typeof o.signKeyB64 !== 'string' || fromBase64(o.signKeyB64)?.length !== 32) return 'signKeyB64 must be 32 bytes of base64';
   if (typeof o.signatureB64 !== 'string') return 'signatureB64 must be a string';
   return null;
+}
+
+/** Sets a value in a bounded map, dropping the oldest entry when it is full. */
+function remember(map: Map<string, number>, key: string, value: number): void {
+  map.delete(key);
+  if (map.size >= CACHE_LIMIT) {
+    const oldest = map.keys().next().value;
+    if (oldest !== undefined) map.delete(oldest);
+  }
+  map.set(key, value);
 }

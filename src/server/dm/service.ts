@@ -95,7 +95,7 @@ export class DmService {
     }
     if (sender !== null && incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
     await this.checkSigned(incoming, outgoing);
-    const to = await this.deps.directory.lookup(incoming.toLogin, { refreshAfterMs: this.deps.config.profileRefreshMs });
+    const to = await this.deps.directory.lookup(incoming.toLogin, { refreshAfterMs: this.deps.config.profileRefreshMs, background: true });
     if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
     return { incoming, outgoing, recipientServers: to.accessServers };
   }

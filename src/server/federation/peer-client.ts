@@ -150,14 +150,15 @@ class PeerConnection {
     } catch {
       return;
     }
-    if (typeof frame.requestId !== 'string') return; // events are not for server sessions
+    // Events are not for server sessions; anything that is not an answer object is ignored.
+    if (typeof frame !== 'object' || frame === null || typeof frame.requestId !== 'string') return;
     const p = this.pending.get(frame.requestId);
     if (!p) return;
     this.pending.delete(frame.requestId);
     p.timer.cancel();
     if (frame.ok) p.resolve(frame.payload);
     else {
-      const code = frame.error?.code;
+      const code = typeof frame.error === 'object' && frame.error !== null ? frame.error.code : undefined;
       p.reject(new ShineError(typeof code === 'string' && isErrorCode(code) ? code : 'INTERNAL', `${this.peer}: ${frame.error?.message ?? 'error'}`));
     }
   }

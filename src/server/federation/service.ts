@@ -126,7 +126,11 @@ export class FederationService {
     const local = pair.recipientServers.includes(config.serverLogin);
     if (stored.fresh && !local && stored.routes.length > 0) {
       // Answered at once; this server's own first attempt runs on, and never forwards back.
-      void delivery.firstAttempt(pair.incoming, pair.outgoing, stored.result.outgoing.messageKey, stored.routes, null);
+      const outgoingKey = stored.result.outgoing.messageKey;
+      // The sender's sessions here learn the outcome too (SPEC §6.7).
+      void delivery
+        .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, stored.routes, null)
+        .then((state) => state !== 'accepted' && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, state));
     }
     return stored.answer;
   }

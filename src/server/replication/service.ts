@@ -5,7 +5,7 @@
  */
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
-import { messageKeyOf, pairProblem } from '../../protocol/container.js';
+import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryStatusItem, OpResults, SyncCycleSummary } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
@@ -231,24 +231,34 @@ export class ReplicationService {
         ackSyncIds: acks,
       });
       if (page.items.length === 0) return total;
-      await this.storePage(peer, owner, page.items);
-      total += page.items.length;
-      this.pulled.inc({ kind: 'dm' }, page.items.length);
-      acks = page.items.map((i) => i.syncId);
+      acks = await this.storePage(peer, owner, page.items);
+      total += acks.length;
+      this.pulled.inc({ kind: 'dm' }, acks.length);
       after = { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey };
     }
   }
 
   /** Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows per SPEC §6.8. */
-  private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<void> {
-    const { dm, store, clock, config } = this.deps;
+  /** Stores what verifies of one page; returns the syncIds to ack (a row that does not verify is skipped, not acked). */
+  private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
+    const { dm, store, clock, config, log } = this.deps;
     const decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
     for (const item of items) {
-      const copies = item.blobsB64.map((b) => decodeBlob(b));
-      if (copies.length < 1 || copies.length > 2) throw new Error(`sync row ${item.primaryMessageKey} has ${copies.length} blobs`);
-      if (copies.length === 2 && pairProblem(copies[0]!, copies[1]!)) throw new Error(`sync row ${item.primaryMessageKey} is not a pair`);
-      await dm.checkSigned(...copies);
-      decoded.push({ item, copies });
+      try {
+        const copies = item.blobsB64.map((b) => decodeBlob(b));
+        if (copies.length < 1 || copies.length > 2) throw new Error(`${copies.length} blobs`);
+        if (copies.length === 2 && pairProblem(copies[0]!, copies[1]!)) throw new Error('not a pair');
+        // The peer may only hand over the owner's own rows: a pair it sent, or a copy it owns.
+        const primary = copies.at(-1)!;
+        const belongs = copies.length === 2 ? primary.fromLogin === owner : ownerOf(primary) === owner;
+        if (!belongs || messageKeyOf(primary) !== item.primaryMessageKey) throw new Error(`not a row of ${owner}`);
+        await dm.checkSigned(...copies);
+        decoded.push({ item, copies });
+      } catch (err) {
+        // One bad row must not stop the owner's replication: it is skipped (left unacked) and the rest goes on.
+        this.syncErrors.inc({ peer });
+        log.warn('sync row refused', { peer, owner, key: item.primaryMessageKey, err: err instanceof Error ? err.message : String(err) });
+      }
     }
     const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));
     const remote = new Map<string, DeliveryStatusItem>();
@@ -277,6 +287,7 @@ export class ReplicationService {
     });
     const failed = (await Promise.allSettled(writes)).find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;
+    return decoded.map((d) => d.item.syncId);
   }
 }
 

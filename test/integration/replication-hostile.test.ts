@@ -1,0 +1,53 @@
+/**
+ * The puller trusts no row blindly: a peer that hands over rows of other owners, or rows that do not
+ * verify, gets them refused one by one — they are not stored and not acked — while the owner's other
+ * rows are stored and replication goes on. The bad rows are planted in alpha1's outbox directly, as a
+ * buggy or hostile peer would serve them.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { packBlobs } from '../../src/server/store/blobs.js';
+import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
+import { startNetwork } from '../helpers/network.js';
+import { outboxCounts, pairOf, replicationServer, seedFor, sendAll, syncNow } from '../helpers/replication.js';
+import { connectUser, makeUser } from '../helpers/users.js';
+
+describe('replication: rows the owner does not own, or that do not verify', () => {
+  it('are skipped and left unacked; the rest of the page is stored', async () => {
+    await using net = await startNetwork({ federate: true, servers: [replicationServer('alpha1'), replicationServer('alpha2')] });
+    const [a1, a2] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
+    const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
+    const dave = makeUser('dave', ['alpha1'], seedFor('dave'));
+    await using aliceA1 = await connectUser(a1.wsUrl, alice, 'alice-a1');
+    for (const u of [carol, dave]) await (await connectUser(a1.wsUrl, u)).close();
+    await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
+
+    const t = Date.now() - 10_000;
+    const good = [1, 2, 3].map((nonce) => pairOf({ from: 'alice', to: 'carol', timeMs: t + nonce, nonce }));
+    await sendAll(aliceA1, good.map((pair) => ({ pair })));
+
+    // Planted in alice's outbox on alpha1: carol's pair to dave (genuine, but not alice's), and a pair
+    // of alice's whose signature is broken.
+    const foreign = pairOf({ from: 'carol', to: 'dave', timeMs: t + 10, nonce: 10 });
+    const broken = pairOf({ from: 'alice', to: 'carol', timeMs: t + 11, nonce: 11 });
+    const tampered = broken.outgoing.bytes.slice();
+    tampered[tampered.length - 1]! ^= 1;
+    const plant = (primaryKey: string, blobs: Uint8Array[], storedAtMs: number) =>
+      (a1.ctx.store as SqliteStore).db.conn
+        .prepare('INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, 0)')
+        .run('alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, packBlobs(blobs));
+    plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
+    plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);
+
+    const summary = await syncNow(a2.httpUrl);
+    assert.equal(summary.dmRows, good.length, 'the good rows are stored');
+    for (const p of good) assert.ok(await a2.ctx.store.getCopy(p.outgoingKey), `${p.outgoingKey} on alpha2`);
+    assert.equal(await a2.ctx.store.getCopy(foreign.outgoingKey), null, 'a pair of another owner is not stored');
+    assert.equal(await a2.ctx.store.getCopy(`${foreign.baseKey}|1`), null);
+    assert.equal(await a2.ctx.store.getDelivery(foreign.outgoingKey), null, 'nor delivered from here');
+    assert.equal(await a2.ctx.store.getCopy(broken.outgoingKey), null, 'a row that does not verify is not stored');
+    // The refused rows stay unsynced on alpha1 (not acked); the good ones were acked.
+    assert.deepEqual(await outboxCounts(a1.httpUrl, 'alice'), { owner: 'alice', synced: good.length, unsynced: 2 });
+  });
+});
