@@ -6,6 +6,7 @@ import { concatBytes, utf8 } from './bytes.js';
 import type { SignatureVerifier } from './ed25519.js';
 import { nobleVerifier, signEd25519 } from './ed25519.js';
 import { LOGIN_RE } from './login.js';
+import type { CopyFields } from './ops.js';
 
 export const MAGIC = utf8('SHiNE_DM');
 export const FORMAT_VERSION = 1;
@@ -295,6 +296,20 @@ export function parseMessageKey(
   const nonce = canonicalInt(n);
   if (timeMs === null || nonce === null || nonce > 0xffffffff) return null;
   return { fromLogin, toLogin, timeMs, nonce, messageType: Number(ty) as MessageType };
+}
+
+/** The identifying fields of a copy, as history items and events carry them. */
+export function copyFieldsOf(c: ContainerFields): CopyFields {
+  return {
+    messageKey: messageKeyOf(c),
+    baseKey: baseKeyOf(c),
+    messageType: c.messageType,
+    fromLogin: c.fromLogin,
+    toLogin: c.toLogin,
+    timeMs: c.timeMs,
+    revisionTimeMs: c.revisionTimeMs,
+    reencryptedAtMs: c.reencryptedAtMs,
+  };
 }
 
 /** Compares revisions: negative when a is older than b. */

@@ -14,6 +14,7 @@ import {
   MAX_BODY,
   MAX_CONTAINER,
   baseKeyOf,
+  copyFieldsOf,
   encodeDeleteConversationBody,
   encodeDeleteMessageBody,
   encodeReceiptBody,
@@ -53,18 +54,7 @@ const directMessages = (c: RawClient, from = 0): DirectMessageEvent[] =>
 
 /** The event the owner of copy c gets for it. */
 function eventOf(c: Container, storedAtMs: number): DirectMessageEvent {
-  return {
-    messageKey: messageKeyOf(c),
-    baseKey: baseKeyOf(c),
-    messageType: c.messageType,
-    fromLogin: c.fromLogin,
-    toLogin: c.toLogin,
-    timeMs: c.timeMs,
-    revisionTimeMs: c.revisionTimeMs,
-    reencryptedAtMs: c.reencryptedAtMs,
-    storedAtMs,
-    blobB64: toBase64(c.bytes),
-  };
+  return { ...copyFieldsOf(c), storedAtMs, blobB64: toBase64(c.bytes) };
 }
 
 const deleteBody = (targetTimeMs: number, targetNonce: number, targetSender: 0 | 1 = 0) =>

@@ -5,8 +5,8 @@ import {
   ContainerError,
   MAX_CONTAINER,
   baseKeyOf,
+  copyFieldsOf,
   decodeContainer,
-  messageKeyOf,
   ownerOf,
   pairProblem,
   verifyContainer,
@@ -186,18 +186,7 @@ export class DmService {
   /** Sends a newly stored copy to its owner's sessions (except one); returns how many got it. */
   publish(copy: Container, result: CopyResult, exceptSessionId?: string): number {
     if (result.outcome !== 'inserted' && result.outcome !== 'updated') return 0;
-    const event = directMessageEvent({
-      messageKey: messageKeyOf(copy),
-      baseKey: baseKeyOf(copy),
-      messageType: copy.messageType,
-      fromLogin: copy.fromLogin,
-      toLogin: copy.toLogin,
-      timeMs: copy.timeMs,
-      revisionTimeMs: copy.revisionTimeMs,
-      reencryptedAtMs: copy.reencryptedAtMs,
-      storedAtMs: result.storedAtMs,
-      blob: copy.bytes,
-    });
+    const event: DirectMessageEvent = { ...copyFieldsOf(copy), storedAtMs: result.storedAtMs, blobB64: toBase64(copy.bytes) };
     return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
   }
 

@@ -340,20 +340,13 @@ export class SqliteStore implements Store {
     const hasMore = rows.length > q.limit;
     const items = rows.slice(0, q.limit).map(
       (r): HistoryItem => {
-        const c = toStoredCopy(r);
+        const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
         return {
-          messageKey: c.messageKey,
-          baseKey: c.baseKey,
-          messageType: c.messageType,
-          fromLogin: c.fromLogin,
-          toLogin: c.toLogin,
-          timeMs: c.timeMs,
-          revisionTimeMs: c.revisionTimeMs,
-          reencryptedAtMs: c.reencryptedAtMs,
+          ...fields,
           createdAtMs: r.created_at_ms,
           readAtMs: r.read_at_ms,
           deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
-          blobB64: toBase64(c.blob),
+          blobB64: toBase64(blob),
         };
       },
     );
