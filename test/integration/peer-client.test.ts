@@ -1,0 +1,70 @@
+/**
+ * The outgoing server-to-server channel against a stand-in peer (a real WebSocket server on a free
+ * loopback port): ServerAuth first, answers matched by requestId, error answers as ShineError, and
+ * frames that are no answer — including `null`, arrays and garbage — ignored without harm.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { WebSocketServer } from 'ws';
+import { systemClock } from '../../src/server/clock.js';
+import { PeerPool } from '../../src/server/federation/peer-client.js';
+import { createLogger } from '../../src/server/log.js';
+
+describe('PeerPool', () => {
+  let wss: WebSocketServer;
+  let url: string;
+  const seen: { op: string; payload: Record<string, unknown> }[] = [];
+
+  before(async () => {
+    wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await new Promise((r) => wss.once('listening', r));
+    url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/ws`;
+    wss.on('connection', (ws) => {
+      ws.on('message', (data) => {
+        const req = JSON.parse(String(data)) as { op: string; requestId: string; payload: Record<string, unknown> };
+        seen.push(req);
+        if (req.op === 'ServerAuth') {
+          ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: {} }));
+          return;
+        }
+        // Junk first: none of it may crash the caller or settle the call.
+        for (const junk of ['null', '[]', '42', '"text"', '{"requestId": 7}', 'not json', JSON.stringify({ requestId: req.requestId + 'x', ok: true })]) ws.send(junk);
+        if (req.op === 'Fail') ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 403, ok: false, error: { code: 'NOT_PEER', message: 'no' } }));
+        else ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: { echo: req.payload } }));
+      });
+    });
+  });
+  after(() => new Promise<void>((r) => wss.close(() => r())));
+
+  const pool = () =>
+    new PeerPool({
+      serverLogin: 'alpha',
+      sign: () => 'c2lnbmF0dXJl',
+      clock: systemClock,
+      log: createLogger('silent'),
+      resolveUrl: async (s) => (s === 'beta' ? url : null),
+      timeoutMs: 2_000,
+    });
+
+  it('authenticates once, then answers calls by requestId despite junk frames', async () => {
+    const p = pool();
+    try {
+      const [a, b] = await Promise.all([p.call('beta', 'Echo', { n: 1 }), p.call('beta', 'Echo', { n: 2 })]);
+      assert.deepEqual([a, b], [{ echo: { n: 1 } }, { echo: { n: 2 } }]);
+      assert.equal(seen.filter((s) => s.op === 'ServerAuth').length, 1);
+      assert.deepEqual(seen.find((s) => s.op === 'ServerAuth')?.payload.targetServerLogin, 'beta');
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('turns an error answer into a ShineError with its code, and an unknown peer into unavailability', async () => {
+    const p = pool();
+    try {
+      await assert.rejects(p.call('beta', 'Fail', {}), (err: { code?: string }) => err.code === 'NOT_PEER');
+      await assert.rejects(p.call('gamma', 'Echo', {}), (err: Error) => err.name === 'PeerUnavailableError');
+    } finally {
+      await p.close();
+    }
+  });
+});
