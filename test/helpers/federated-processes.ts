@@ -88,18 +88,4 @@ export async function adminGet<T>(server: Pick<ServerProcess, 'httpUrl'>, path: 
   return (await res.json()) as T;
 }
 
-/**
- * The sum of a Prometheus series of /metrics over every label set that includes `labels`
- * (e.g. `shine_ops_total` with `{op: 'ReceiveIncomingMessage'}` sums all statuses unless one is given).
- */
-export async function metricSum(httpUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${httpUrl}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have = new Map([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]));
-    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) sum += Number(m[3]);
-  }
-  return sum;
-}
+export { metricSum } from './metrics.js';

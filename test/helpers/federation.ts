@@ -19,6 +19,7 @@ import type { RawClient } from './raw-client.js';
 import { connectRaw } from './raw-client.js';
 import type { TestUser } from './users.js';
 import { waitUntil } from './wait.js';
+import { metricSum } from './metrics.js';
 
 export const ADMIN_TOKEN = 'federation-test-admin';
 
@@ -113,16 +114,8 @@ export function directMessagesFor(client: RawClient, messageKey: string): unknow
 // ---- what a server shows about itself ----
 
 /** Sum of a metric's samples whose labels include `labels`, read from GET /metrics. */
-export async function metric(server: RunningServer, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${server.httpUrl}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[3]);
-  }
-  return sum;
+export function metric(server: RunningServer, name: string, labels: Record<string, string> = {}): Promise<number> {
+  return metricSum(server.httpUrl, name, labels);
 }
 
 /** How many `op` requests the server answered with `status` since it (re)started. */

@@ -25,6 +25,7 @@ import type { NetworkServerSpec } from './network.js';
 import type { RawClient } from './raw-client.js';
 import { connectRaw } from './raw-client.js';
 import { waitUntil } from './wait.js';
+import { metricSum } from './metrics.js';
 
 export const ADMIN_TOKEN = 'replication-admin-token-0123456789';
 
@@ -215,11 +216,8 @@ export async function deliveryRows(httpUrl: string, state: 'accepted' | 'deliver
 }
 
 /** The value of one series in /metrics (0 when absent). labels in the registry's order, e.g. `op="X",status="200"`. */
-export async function metricValue(httpUrl: string, name: string, labels = ''): Promise<number> {
-  const text = await (await fetch(`${httpUrl}/metrics`)).text();
-  const series = `shine_${name}${labels ? `{${labels}}` : ''} `;
-  const line = text.split('\n').find((l) => l.startsWith(series));
-  return line ? Number(line.slice(series.length)) : 0;
+export function metricValue(httpUrl: string, name: string, labels = ''): Promise<number> {
+  return metricSum(httpUrl, `shine_${name}`, Object.fromEntries([...labels.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!])));
 }
 
 /** Requests a server has answered with status 200 for one op. */
