@@ -50,6 +50,9 @@ export function incomingKeyOf(outgoingKey: string): string {
   return `${outgoingKey.slice(0, outgoingKey.lastIndexOf('|'))}|${type - 1}`;
 }
 
+/** A claimed row's lease, in call timeouts. */
+const LEASE_TIMEOUTS = 6;
+
 export class DeliveryEngine {
   private timer: TimerHandle | null = null;
   private readonly queue: DeliveryRow[] = [];
@@ -208,8 +211,9 @@ export class DeliveryEngine {
    */
   private async claimAndAttempt(row: DeliveryRow): Promise<void> {
     const { store, clock, config } = this.deps;
-    // A lease outlives one attempt: optional peer check plus the parallel calls, each bounded by the timeout.
-    const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, clock.now() + 3 * config.s2sTimeoutMs);
+    // A lease outlives one attempt: the peer check and the parallel calls (each at most a backoff wait
+    // plus a call, both bounded by the timeout) and the profile refresh (bounded by the timeout).
+    const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, clock.now() + LEASE_TIMEOUTS * config.s2sTimeoutMs);
     if (mine) await this.attempt(mine);
   }
 
@@ -236,7 +240,7 @@ export class DeliveryEngine {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
-    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: config.profileRefreshMs });
+    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: config.s2sTimeoutMs });
     const routes = recipient ? recipient.accessServers.filter((s) => s !== config.serverLogin) : [];
     const delivered =
       (recipient?.accessServers.includes(config.serverLogin) ?? false) ||

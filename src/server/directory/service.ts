@@ -9,7 +9,7 @@ import { ShineError } from '../../protocol/errors.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import { descriptorSigningText, profileShapeProblem, verifyDescriptor, verifyProfile } from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
-import type { Clock } from '../clock.js';
+import type { Clock, TimerHandle } from '../clock.js';
 import type { PeerCaller } from '../delivery/engine.js';
 import type { Config } from '../config/config.js';
 import type { ServerKey } from '../keys.js';
@@ -91,7 +91,7 @@ export class Directory {
    */
   async lookup(
     login: string,
-    opts: { refreshAfterMs?: number; noImport?: boolean; background?: boolean } = {},
+    opts: { refreshAfterMs?: number; noImport?: boolean; background?: boolean; maxWaitMs?: number } = {},
   ): Promise<DirectoryEntry | null> {
     const known = await this.lookupKnown(login);
     if (!known) return opts.noImport ? null : this.once(this.importing, login, () => this.importProfile(login));
@@ -109,9 +109,15 @@ export class Directory {
         if (!entry) remember(this.refreshFailedAt, login, this.deps.clock.now());
         return entry;
       });
-      // A client's request never waits for other servers: it goes with the cached profile.
+      // A client's request never waits for other servers: it goes with the cached profile. Others wait
+      // at most maxWaitMs; the refresh goes on in the background either way.
       if (opts.background) return known;
-      return (await refreshed) ?? known;
+      if (opts.maxWaitMs === undefined) return (await refreshed) ?? known;
+      let timer: TimerHandle | undefined;
+      const late = new Promise<null>((resolve) => (timer = this.deps.clock.setTimer(opts.maxWaitMs!, () => resolve(null))));
+      const entry = await Promise.race([refreshed, late]);
+      timer?.cancel();
+      return entry ?? known;
     }
     return known;
   }
