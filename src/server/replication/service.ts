@@ -18,7 +18,7 @@ import type { FederationService } from '../federation/service.js';
 import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
-import type { StorePairInput, Store } from '../store/types.js';
+import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
 
 export interface ReplicationDeps {
   config: Config;
@@ -94,14 +94,7 @@ export class ReplicationService {
 
   async dmSyncBatch(p: SyncBatchPayload, session: Session): Promise<DmSyncAnswer> {
     const owner = await this.checkPeer(p, session);
-    const page = await this.deps.store.dmSyncPage({
-      owner,
-      ackSyncIds: p.ackSyncIds ?? [],
-      afterStoredAtMs: p.afterStoredAtMs ?? 0,
-      afterKey: p.afterMessageKey ?? '',
-      limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
-      maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
-    });
+    const page = await this.deps.store.dmSyncPage(pageQuery(owner, p, p.afterMessageKey));
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
@@ -114,14 +107,7 @@ export class ReplicationService {
 
   async settingsSyncBatch(p: SyncBatchPayload, session: Session): Promise<SettingsSyncAnswer> {
     const owner = await this.checkPeer(p, session);
-    const page = await this.deps.store.settingsSyncPage({
-      owner,
-      ackSyncIds: p.ackSyncIds ?? [],
-      afterStoredAtMs: p.afterStoredAtMs ?? 0,
-      afterKey: p.afterKey ?? '',
-      limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
-      maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
-    });
+    const page = await this.deps.store.settingsSyncPage(pageQuery(owner, p, p.afterKey));
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
@@ -292,3 +278,15 @@ export class ReplicationService {
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
+
+/** A sync page request with the SPEC §7 defaults; each protocol names its own cursor key. */
+function pageQuery(owner: string, p: SyncBatchPayload, afterKey: string | undefined): SyncPageQuery {
+  return {
+    owner,
+    ackSyncIds: p.ackSyncIds ?? [],
+    afterStoredAtMs: p.afterStoredAtMs ?? 0,
+    afterKey: afterKey ?? '',
+    limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
+    maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
+  };
+}
