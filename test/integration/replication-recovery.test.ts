@@ -28,6 +28,7 @@ import {
   dmSnapshotFromFile,
   fullHistory,
   historyView,
+  metricValue,
   outboxCounts,
   pairOf,
   replicationServer,
@@ -64,6 +65,9 @@ describe('replication: recovery', () => {
       const N = 1000; // two pages of 500
       const t = Date.now() - 600_000;
       await sendAll(aliceA1, Array.from({ length: N }, (_, i) => ({ pair: pairOf({ from: 'alice', to: 'bob', timeMs: t + i, nonce: i }) })));
+      // alpha1 forwards each pair to the stopped alpha2 (ReceiveOutcomingMessage); those calls wait out
+      // its reconnect backoff before they fail. Let them end, so that only the puller brings rows.
+      await waitUntil(async () => (await metricValue(a1.httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'forwards to alpha2 ended');
 
       // Pages alpha1 serves, and the first request that carries an ACK (held back, never delivered).
       const served: string[][] = [];
