@@ -74,7 +74,7 @@ const buildStarted = performance.now();
   await store.migrate();
   await store.putUser(profile, 'local', Date.now());
   const base = Date.now() - EVENTS - 60_000;
-  const outbox = { localOwners: new Set([OWNER]), synced: false };
+  const outbox = { owners: new Map([[OWNER, false]]) };
   // Writes issued together share commits (group commit); a bounded window keeps the queue small.
   const WINDOW = 4096;
   for (let start = 0; start < EVENTS; start += WINDOW) {

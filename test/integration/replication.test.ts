@@ -179,4 +179,40 @@ describe('replication: catch-up of an access server that was down', () => {
       { key: m[3]!.outgoingKey, acceptedAtMs: sourceRow.acceptedAtMs, nextAttemptAtMs: sourceRow.acceptedAtMs },
     );
   });
+
+  it("a synced pair to another user of the puller gets that user's own outbox row, synced only where the peer is that user's other server", async () => {
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('charlie')],
+    });
+    const C = 2;
+    const srv = (i: number) => net.servers[i]!;
+    const carol = makeUser('carol', ['alpha2', 'charlie'], seedFor('carol'));
+    const dave = makeUser('dave', ['alpha1', 'alpha2'], seedFor('dave'));
+    // Everyone is known on each of their servers; then alpha2 goes down.
+    for (const [i, user] of [[A2, alice], [A2, carol], [C, carol], [A2, dave], [A1, dave]] as const) await (await connectUser(srv(i).wsUrl, user, `${user.login}-${i}`)).close();
+    await net.stop(A2);
+    await using aliceA1 = await connectUser(srv(A1).wsUrl, alice, 'alice-a1');
+    const t = Date.now() - 60_000;
+    const toCarol = [0, 1, 2].map((i) => pairOf({ from: 'alice', to: 'carol', timeMs: t + i, nonce: i }));
+    const toDave = [3, 4].map((i) => pairOf({ from: 'alice', to: 'dave', timeMs: t + i, nonce: i }));
+    const answers = await sendAll(aliceA1, [...toCarol, ...toDave].map((pair) => ({ pair })));
+    assert.deepEqual(answers.map((a) => a.deliveryState), ['delivered', 'delivered', 'delivered', 'delivered', 'delivered'], 'through charlie, or locally');
+    // The calls to the stopped alpha2 (deliveries, forwards) end before it is back: only sync brings the pairs.
+    await waitUntil(async () => (await metricValue(srv(A1).httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'calls to alpha2 ended');
+    await net.start(A2);
+    await cyclesDone(srv(A2).httpUrl, 1);
+    assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'alice'), { owner: 'alice', synced: 5, unsynced: 0 });
+    // alpha1 is not carol's server: alpha2's copies are news to her other server, charlie.
+    assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'carol'), { owner: 'carol', synced: 0, unsynced: 3 });
+    // alpha1 is dave's other server and holds his copies: nothing to send back.
+    assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'dave'), { owner: 'dave', synced: 2, unsynced: 0 });
+
+    await using carolC = await connectUser(srv(C).wsUrl, carol, 'carol-c');
+    const summary = await syncNow(srv(C).httpUrl);
+    assert.equal(summary.dmRows, 3, 'charlie stores them again, idempotently');
+    assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'carol'), { owner: 'carol', synced: 3, unsynced: 0 });
+    assert.equal((await fullHistory(carolC, 'alice')).length, 3, 'each once');
+    assert.deepEqual(directMessages(carolC), [], 'synced copies raise no events');
+  });
 });

@@ -117,7 +117,7 @@ describe('two workers sharing one SQLite database', () => {
           incoming: p.incoming,
           outgoing: p.outgoing,
           nowMs: now,
-          outbox: { localOwners: new Set(['alice']), synced: true },
+          outbox: { owners: new Map([['alice', true]]) },
           delivery: { state: 'accepted', attempt: 0, acceptedAtMs: now, nextAttemptAtMs: now },
         }),
       ),

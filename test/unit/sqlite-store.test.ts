@@ -17,7 +17,7 @@ import { testPair } from '../helpers/containers.js';
 import type { PairSpec } from '../helpers/containers.js';
 
 const T0 = 1_774_700_000_000;
-const both = { localOwners: new Set(['alice', 'bob']), synced: false };
+const both = { owners: new Map([['alice', false], ['bob', false]]) };
 
 describe('SQLite store', () => {
   let dir: string;

@@ -119,7 +119,7 @@ export class DmService {
     const login = session.login!;
     const pair = await this.checkPair(op, payload, login);
     const { config, clock, delivery, directory } = this.deps;
-    const stored = await this.storeCheckedPair(pair, { synced: false, senderSession: session });
+    const stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
     const { result, routes } = stored;
     const senderPeer = delivery ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null) : null;
     let deliveryState = stored.answer.deliveryState;
@@ -141,24 +141,26 @@ export class DmService {
    * once when the recipient's profile lists this server (the local copy counts, SPEC §6.2), otherwise
    * `accepted` with the first attempt left to the caller and the worker owning the row from the second
    * offset on, even if this process dies meanwhile — then sends the new copies to their owners' sessions.
+   * `from` is the server the pair came from (the sender's other access server), null for a client's send.
    */
   async storeCheckedPair(
     pair: CheckedPair,
-    opts: { synced: boolean; senderSession?: Session },
+    opts: { from: string | null; senderSession?: Session },
   ): Promise<{ result: StorePairResult; answer: PairAnswer; routes: string[]; fresh: boolean }> {
     const { config, clock, store } = this.deps;
     const now = clock.now();
     const sender = pair.outgoing.fromLogin;
     const recipient = pair.incoming.toLogin;
     const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
-    const localOwners = new Set([sender]);
-    if (recipientIsLocal) localOwners.add(recipient);
+    // Only the sender's other access server forwards (callers check it): its copies are there already.
+    const outbox = new Map([[sender, opts.from !== null]]);
+    if (recipientIsLocal && recipient !== sender) outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
     const device = opts.senderSession?.deviceId;
     const result = await store.storePair({
       incoming: pair.incoming,
       outgoing: pair.outgoing,
       nowMs: now,
-      outbox: { localOwners, synced: opts.synced },
+      outbox: { owners: outbox },
       delivery: recipientIsLocal
         ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
         : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (config.retryScheduleMs[1] ?? 0) },

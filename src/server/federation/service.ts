@@ -84,7 +84,7 @@ export class FederationService {
     p: { incomingBlobB64?: string | undefined; sourceServerLogin?: string | undefined },
     session: Session,
   ): Promise<Omit<PairAnswer, 'incomingKey' | 'outgoingKey' | 'deliveryState'>> {
-    this.sourceOf(session, p.sourceServerLogin);
+    const source = this.sourceOf(session, p.sourceServerLogin);
     const { config, clock, store, directory, dm } = this.deps;
     if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
     const copy = decodeBlob(p.incomingBlobB64);
@@ -95,7 +95,9 @@ export class FederationService {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);
     }
     await dm.checkSigned(copy);
-    const result = await store.storeCopy({ copy, nowMs: clock.now(), outbox: { localOwners: new Set([copy.toLogin]), synced: false } });
+    // From the recipient's other access server (its user sent it there), the copy is there already.
+    const synced = source !== null && source !== config.serverLogin && to.accessServers.includes(source);
+    const result = await store.storeCopy({ copy, nowMs: clock.now(), outbox: { owners: new Map([[copy.toLogin, synced]]) } });
     return {
       messageKey: result.messageKey,
       baseKey: baseKeyOf(copy),
@@ -122,7 +124,7 @@ export class FederationService {
     if (!source || source === config.serverLogin || !senderServers.includes(source)) {
       throw new ShineError('NOT_PEER', "only the sender's other access server forwards its pairs");
     }
-    const stored = await dm.storeCheckedPair(pair, { synced: true });
+    const stored = await dm.storeCheckedPair(pair, { from: source });
     const local = pair.recipientServers.includes(config.serverLogin);
     if (stored.fresh && !local && stored.routes.length > 0) {
       // Answered at once; this server's own first attempt runs on, and never forwards back.

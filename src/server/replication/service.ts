@@ -224,8 +224,31 @@ export class ReplicationService {
     }
   }
 
-  /** Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows per SPEC §6.8. */
-  /** Stores what verifies of one page; returns the syncIds to ack (a row that does not verify is skipped, not acked). */
+  /**
+   * Outbox flags for a page's pairs, by recipient. The owner's rows came from its other access server
+   * (synced); a recipient who is a user of this server too gets a row of its own (SPEC §7: every event
+   * stored for a local owner has one), synced only when the peer is that recipient's other server too.
+   */
+  private async pairOutboxes(peer: string, owner: string, rows: Container[][]): Promise<Map<string, ReadonlyMap<string, boolean>>> {
+    const { directory, config } = this.deps;
+    const byRecipient = new Map<string, ReadonlyMap<string, boolean>>();
+    for (const copies of rows) {
+      const recipient = copies[0]!.toLogin;
+      if (copies.length !== 2 || byRecipient.has(recipient)) continue;
+      const owners = new Map([[owner, true]]);
+      if (recipient !== owner) {
+        const servers = (await directory.lookup(recipient, { noImport: true }))?.accessServers ?? [];
+        if (servers.includes(config.serverLogin)) owners.set(recipient, servers.includes(peer));
+      }
+      byRecipient.set(recipient, owners);
+    }
+    return byRecipient;
+  }
+
+  /**
+   * Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows
+   * per SPEC §6.8. Returns the syncIds to ack: a row that does not verify is skipped, not acked.
+   */
   private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
     const { dm, store, clock, config, log } = this.deps;
     const decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
@@ -257,11 +280,11 @@ export class ReplicationService {
       }
     }
     const now = clock.now();
-    const outbox = { localOwners: new Set([owner]), synced: true };
+    const outbox = await this.pairOutboxes(peer, owner, decoded.map((d) => d.copies));
     // The page's writes are issued together, in page order, so they share group commits instead of
     // paying one fsync per row; the page is acked only after all of them committed.
     const writes = decoded.map(({ item, copies }): Promise<unknown> => {
-      if (copies.length === 1) return store.storeCopy({ copy: copies[0]!, nowMs: now, outbox, silent: true });
+      if (copies.length === 1) return store.storeCopy({ copy: copies[0]!, nowMs: now, outbox: { owners: new Map([[owner, true]]) }, silent: true });
       const [incoming, outgoing] = copies as [Container, Container];
       const status = remote.get(messageKeyOf(outgoing));
       // Old history is never re-sent: past the hour from the source's storedAtMs it is failed unless delivered there.
@@ -269,7 +292,7 @@ export class ReplicationService {
       if (status?.delivered) delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
       else if (now >= item.storedAtMs + (config.retryScheduleMs.at(-1) ?? HOUR)) delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
       else delivery = { state: 'accepted', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: item.storedAtMs };
-      return store.storePair({ incoming, outgoing, nowMs: now, outbox, delivery, silent: true });
+      return store.storePair({ incoming, outgoing, nowMs: now, outbox: { owners: outbox.get(incoming.toLogin)! }, delivery, silent: true });
     });
     const failed = (await Promise.allSettled(writes)).find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;

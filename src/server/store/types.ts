@@ -37,10 +37,11 @@ export interface CopyResult {
 
 /** How to write the outbox row(s) for the copies of one store call (SPEC §7). */
 export interface OutboxPolicy {
-  /** Logins whose copies get an outbox row: the local users among the owners. */
-  localOwners: ReadonlySet<string>;
-  /** True for copies that came from the owner's other access server (forward or sync). */
-  synced: boolean;
+  /**
+   * The copies' owners that get an outbox row (the local users among them), each with its row's
+   * `synced` flag: true when the copy came from that owner's other access server, which holds it.
+   */
+  owners: ReadonlyMap<string, boolean>;
 }
 
 export interface StorePairInput {

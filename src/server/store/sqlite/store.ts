@@ -166,11 +166,13 @@ export class SqliteStore implements Store {
       const out = this.storeCopyTx(outgoing, nowMs, replay, origin);
       const inc = this.storeCopyTx(incoming, nowMs, replay);
       const outKey = out.messageKey;
-      if (changed(out) && input.outbox.localOwners.has(outgoing.fromLogin)) {
-        this.upsertOutbox(outgoing.fromLogin, outKey, outgoing, nowMs, [incoming.bytes, outgoing.bytes], input.outbox.synced);
+      const senderSynced = input.outbox.owners.get(outgoing.fromLogin);
+      if (changed(out) && senderSynced !== undefined) {
+        this.upsertOutbox(outgoing.fromLogin, outKey, outgoing, nowMs, [incoming.bytes, outgoing.bytes], senderSynced);
       }
-      if (changed(inc) && input.outbox.localOwners.has(incoming.toLogin)) {
-        this.upsertOutbox(incoming.toLogin, inc.messageKey, incoming, nowMs, [incoming.bytes], input.outbox.synced);
+      const recipientSynced = input.outbox.owners.get(incoming.toLogin);
+      if (changed(inc) && recipientSynced !== undefined) {
+        this.upsertOutbox(incoming.toLogin, inc.messageKey, incoming, nowMs, [incoming.bytes], recipientSynced);
       }
       if (changed(out) && input.delivery) {
         const d = input.delivery;
@@ -211,8 +213,9 @@ export class SqliteStore implements Store {
       const c = input.copy;
       const r = this.storeCopyTx(c, input.nowMs, !input.silent);
       const owner = ownerOf(c);
-      if (changed(r) && input.outbox.localOwners.has(owner)) {
-        this.upsertOutbox(owner, r.messageKey, c, input.nowMs, [c.bytes], input.outbox.synced);
+      const synced = input.outbox.owners.get(owner);
+      if (changed(r) && synced !== undefined) {
+        this.upsertOutbox(owner, r.messageKey, c, input.nowMs, [c.bytes], synced);
       }
       return r;
     });
