@@ -2,11 +2,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ed25519 } from '@noble/curves/ed25519.js';
+import { sha512 } from '@noble/hashes/sha2.js';
 import fc from 'fast-check';
 import { fromHex, utf8 } from '../../src/protocol/bytes.js';
 import { decodeContainer, verifyContainer } from '../../src/protocol/container.js';
 import type { SignatureVerifier } from '../../src/protocol/ed25519.js';
-import { ed25519PublicKey, nobleVerifier, signEd25519 } from '../../src/protocol/ed25519.js';
+import { ed25519PublicKey, isSmallOrderEncoding, nobleVerifier, signEd25519 } from '../../src/protocol/ed25519.js';
 import { nodeCryptoVerifier, sodiumVerifier } from '../../src/server/crypto/verifier.js';
 
 const VECTOR = fromHex(`
@@ -112,17 +113,59 @@ describe('Ed25519 verifiers agree', () => {
   });
 });
 
-describe('sodiumVerifier, the server default', () => {
-  // RFC 8032 leaves small-order keys to the implementation: noble (ZIP 215 rules) and OpenSSL accept
-  // the identity signature under them, libsodium refuses. A server that uses sodium everywhere never
-  // stores a profile or container signed that way.
-  it('refuses small-order public keys, which noble and node:crypto accept', () => {
+describe("Ed25519 verifiers agree where RFC 8032 leaves a choice: libsodium's rules", () => {
+  // RFC 8032 leaves small-order points and the cofactor to the implementation: plain noble (ZIP 215)
+  // and OpenSSL accept the identity signature under a small-order key; libsodium refuses small-order
+  // keys and R and checks [S]B = R + [k]A without the cofactor. All three verifiers here follow libsodium.
+  const { Point } = ed25519;
+  const L = Point.Fn.ORDER;
+  const le32 = (n: bigint) => Uint8Array.from({ length: 32 }, (_, i) => Number((n >> BigInt(8 * i)) & 255n));
+  const leNumber = (b: Uint8Array) => b.reduceRight((n, x) => (n << 8n) | BigInt(x), 0n);
+  const challenge = (r: Uint8Array, key: Uint8Array, message: Uint8Array) => leNumber(sha512(Uint8Array.from([...r, ...key, ...message]))) % L;
+  /** A signature by secret scalar `a` under the encoded key `key`, with nonce point [r]B (r = 0 gives R = identity). */
+  function signWith(a: bigint, key: Uint8Array, r: bigint, message: Uint8Array): Uint8Array {
+    const R = r === 0n ? Point.ZERO.toBytes() : Point.BASE.multiply(r).toBytes();
+    const S = (r + challenge(R, key, message) * a) % L;
+    return Uint8Array.from([...R, ...le32(S)]);
+  }
+  const eightTorsion = Point.fromBytes(fromHex('26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05'));
+
+  it('a small-order key is refused, even with the identity signature that fits any message under it', () => {
     const identityKey = fromHex('01' + '00'.repeat(31));
     const identitySignature = fromHex('01' + '00'.repeat(63)); // R = identity, S = 0
-    const message = utf8('anything at all');
-    assert.equal(sodiumVerifier.verify(identitySignature, message, identityKey), false);
-    assert.equal(nobleVerifier.verify(identitySignature, message, identityKey), true);
-    assert.equal(nodeCryptoVerifier.verify(identitySignature, message, identityKey), true);
+    assert.equal(ed25519.verify(identitySignature, utf8('anything'), identityKey), true, 'plain noble takes it');
+    for (const key of [identityKey, eightTorsion.toBytes(), eightTorsion.double().toBytes()]) {
+      assert.ok(isSmallOrderEncoding(key));
+      assert.equal(verdict(identitySignature, utf8('anything at all'), key), false);
+    }
+  });
+
+  it('an R of small order is refused, though the equation holds', () => {
+    const a = 123456789n;
+    const key = Point.BASE.multiply(a).toBytes();
+    const message = utf8('r = 0');
+    const signature = signWith(a, key, 0n, message);
+    assert.equal(ed25519.verify(signature, message, key), true, 'plain noble takes it');
+    assert.equal(verdict(signature, message, key), false);
+    assert.equal(verdict(signWith(a, key, 987654321n, message), message, key), true, 'the same key with a proper R');
+  });
+
+  it('a key with a torsion part: only signatures that meet the equation without the cofactor', () => {
+    const a = 5555555555n;
+    const key = Point.BASE.multiply(a).add(eightTorsion).toBytes();
+    assert.equal(isSmallOrderEncoding(key), false);
+    const r = 777n;
+    const R = Point.BASE.multiply(r).toBytes();
+    let seen = { cofactorOnly: 0, exact: 0 };
+    for (let i = 0; seen.cofactorOnly < 3 || seen.exact < 3; i++) {
+      const message = utf8(`torsion ${i}`);
+      const signature = signWith(a, key, r, message);
+      assert.equal(ed25519.verify(signature, message, key), true, 'plain noble (cofactored) takes every one');
+      // [S]B − R − [k]A = −[k]T: zero exactly when 8 divides k.
+      const exact = challenge(R, key, message) % 8n === 0n;
+      assert.equal(verdict(signature, message, key), exact);
+      seen = exact ? { ...seen, exact: seen.exact + 1 } : { ...seen, cofactorOnly: seen.cofactorOnly + 1 };
+    }
   });
 });
 
