@@ -35,7 +35,7 @@ const syncBatch = z.object({
 
 export const opSchemas = {
   AuthChallenge: z.object({}),
-  AuthLogin: z.object({ login: z.string().min(1).max(64), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
+  AuthLogin: z.object({ login: z.string(), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ login: z.string().min(1).max(64) }),
   SendMessagePair: pair,

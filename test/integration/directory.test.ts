@@ -212,6 +212,11 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     const ghost = makeUser('ghost', ['alpha']);
     await using c = await connectRaw(server.wsUrl);
     assertError(await login(c, ghost), 401, 'AUTH_FAILED');
+    // A login that could not be anybody's is unknown too (SPEC §5.1), not a schema error.
+    for (const badLogin of ['', 'x'.repeat(65), 'Not A Login']) {
+      await c.call('AuthChallenge', {});
+      assertError(await c.request('AuthLogin', { login: badLogin, deviceId: 'device-1', signatureB64: toBase64(new Uint8Array(64)) }), 401, 'AUTH_FAILED');
+    }
     assertError(await c.request('GetConversations', {}), 401, 'NOT_AUTHENTICATED');
     assert.equal(server.ctx.hub.sessionsOf('ghost').length, 0);
     await assertSessionWorks(bystander);

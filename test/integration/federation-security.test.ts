@@ -142,6 +142,10 @@ describe('federation security: ServerAuth and server operations', () => {
     const toCarol = textPair(alice, 'carol'); // carol's only access server is gamma
     assertError(await g.request('ReceiveIncomingMessage', incomingOnly(toCarol)), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
     await assertNothingStored(alpha(), toCarol);
+    // A login alpha has never heard of is not one of its users either.
+    const toStranger = textPair(alice, 'stranger');
+    assertError(await g.request('ReceiveIncomingMessage', incomingOnly(toStranger)), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
+    await assertNothingStored(alpha(), toStranger);
   });
 
   it('takes ReceiveOutcomingMessage only from the sender’s other access server (403 NOT_PEER); nothing stored', async () => {
@@ -149,9 +153,9 @@ describe('federation security: ServerAuth and server operations', () => {
     await using g = await serverSession(alpha(), gamma);
     assertError(await g.request('ReceiveOutcomingMessage', wholePair(forward)), 403, 'NOT_PEER');
     await assertNothingStored(alpha(), forward);
-    // A sender alpha does not serve at all.
+    // A sender alpha does not serve at all, even from her own server.
     const carols = textPair(carol, 'alice');
-    assertError(await g.request('ReceiveOutcomingMessage', wholePair(carols)), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
+    assertError(await g.request('ReceiveOutcomingMessage', wholePair(carols)), 403, 'NOT_PEER');
     await assertNothingStored(alpha(), carols);
 
     // From delta, ann's other access server, the pair is stored with its own delivery row.

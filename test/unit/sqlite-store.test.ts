@@ -128,6 +128,15 @@ describe('SQLite store', () => {
     assert.equal(convs[0]!.unreadCount, 15);
   });
 
+  it('names as last message of a conversation the first of its history, among messages of the same timeMs too', async () => {
+    for (const nonce of [900, 7, 12345, 50]) await put({ from: 'hank', to: 'gina', timeMs: T0 + 5, nonce });
+    for (const owner of ['gina', 'hank']) {
+      const [conv] = await store.getConversations(owner, 10);
+      const [newest] = (await store.getDirectMessages({ owner, peer: owner === 'gina' ? 'hank' : 'gina', beforeTimeMs: 0, beforeMessageKey: '', limit: 1 })).items;
+      assert.deepEqual([conv!.lastTimeMs, conv!.lastMessageKey], [newest!.timeMs, newest!.messageKey], owner);
+    }
+  });
+
   it('replays to a known device what it has not acknowledged, again after a newer revision', async () => {
     await store.touchDevice('erin', 'phone', T0);
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1 });

@@ -89,9 +89,9 @@ export class FederationService {
     if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
     const copy = decodeBlob(p.incomingBlobB64);
     if (copy.messageType % 2 !== 1) throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
+    // A recipient this server does not know is not one of its users (SPEC §5.4: else 403).
     const to = await directory.lookup(copy.toLogin, { noImport: true });
-    if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${copy.toLogin}`);
-    if (!to.accessServers.includes(config.serverLogin)) {
+    if (!to?.accessServers.includes(config.serverLogin)) {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);
     }
     await dm.checkSigned(copy);
@@ -113,17 +113,18 @@ export class FederationService {
   ): Promise<PairAnswer> {
     const source = this.sourceOf(session, p.sourceServerLogin);
     const { config, directory, dm, delivery } = this.deps;
-    const type = p.incomingBlobB64 ? decodeBlob(p.incomingBlobB64).messageType : 1;
-    const op = type === 5 ? 'DeleteMessage' : type === 7 ? 'DeleteConversation' : 'SendMessagePair';
-    const pair = await dm.checkPair(op, p, null);
-    const sender = await directory.lookup(pair.outgoing.fromLogin);
-    const senderServers = sender?.accessServers ?? [];
-    if (!senderServers.includes(config.serverLogin)) {
-      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${pair.outgoing.fromLogin}`);
-    }
-    if (!source || source === config.serverLogin || !senderServers.includes(source)) {
+    if (!p.incomingBlobB64 || !p.outgoingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
+    const type = decodeBlob(p.incomingBlobB64).messageType;
+    // The caller first (SPEC §5.4: else 403 NOT_PEER): this server and the caller must be the sender's
+    // two access servers (a sender new here is imported, from the servers its profile lists); only
+    // then the pair's own checks.
+    const from = decodeBlob(p.outgoingBlobB64).fromLogin;
+    const senderServers = (await directory.lookup(from))?.accessServers ?? [];
+    if (!source || source === config.serverLogin || !senderServers.includes(source) || !senderServers.includes(config.serverLogin)) {
       throw new ShineError('NOT_PEER', "only the sender's other access server forwards its pairs");
     }
+    const op = type === 5 ? 'DeleteMessage' : type === 7 ? 'DeleteConversation' : 'SendMessagePair';
+    const pair = await dm.checkPair(op, p, null);
     const stored = await dm.storeCheckedPair(pair, { from: source });
     const local = pair.recipientServers.includes(config.serverLogin);
     if (stored.fresh && !local && stored.routes.length > 0) {

@@ -357,12 +357,15 @@ export class SqliteStore implements Store {
   }
 
   async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
-    // SQLite returns the other columns of the row that holds MAX(): the newest message per peer.
+    // The newest message per peer in history order (timeMs DESC, messageKey DESC), so ties are decided
+    // as GetDirectMessages decides them.
     const rows = this.sql(
-      `SELECT peer_login, MAX(time_ms) AS last_time_ms, message_key,
-              SUM(message_type = 1 AND read_at_ms IS NULL) AS unread
-       FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2)
-       GROUP BY peer_login ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
+      `SELECT peer_login, time_ms AS last_time_ms, message_key, unread FROM (
+         SELECT peer_login, time_ms, message_key,
+                ROW_NUMBER() OVER (PARTITION BY peer_login ORDER BY time_ms DESC, message_key DESC) AS newest,
+                SUM(message_type = 1 AND read_at_ms IS NULL) OVER (PARTITION BY peer_login) AS unread
+         FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2))
+       WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
     ).all(owner, limit) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
     return rows.map((r) => ({ peerLogin: r.peer_login, lastTimeMs: r.last_time_ms, lastMessageKey: r.message_key, unreadCount: r.unread }));
   }
