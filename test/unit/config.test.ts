@@ -138,6 +138,14 @@ describe('configInputFromEnv', () => {
     assert.deepEqual(configInputFromEnv({ SHINE_ADMIN_TOKEN: '', SHINE_PORT: '' }), {});
   });
 
+  it('fits the default peer checks to a shorter schedule; an empty SHINE_PEER_CHECK_ATTEMPTS means none', () => {
+    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1000' })).peerCheckAttempts, []);
+    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1000,2000' })).peerCheckAttempts, [3]);
+    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1,2,3' })).peerCheckAttempts, [3, 4]);
+    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_PEER_CHECK_ATTEMPTS: '' })).peerCheckAttempts, []);
+    assert.deepEqual(resolveConfig(configInputFromEnv({})).peerCheckAttempts, [3, 4, 5]);
+  });
+
   it('merges SHINE_CONFIG_FILE under the environment', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'shine-config-'));
     try {

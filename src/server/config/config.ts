@@ -160,7 +160,12 @@ export function resolveConfig(input: ConfigInput = {}): Config {
   const retryScheduleMs = intList('retryScheduleMs', input.retryScheduleMs ?? d.retryScheduleMs, 0);
   if (retryScheduleMs[0] !== 0) throw new ConfigError('retryScheduleMs', 'must start with 0');
   if (!strictlyIncreasing(retryScheduleMs)) throw new ConfigError('retryScheduleMs', 'must be strictly increasing');
-  const peerCheckAttempts = intList('peerCheckAttempts', input.peerCheckAttempts ?? d.peerCheckAttempts, 1, true);
+  // The default names attempts 3–5; a shorter schedule simply has fewer of them. A list given
+  // explicitly must fit the schedule.
+  const peerCheckAttempts =
+    input.peerCheckAttempts === undefined
+      ? d.peerCheckAttempts.filter((n) => n <= retryScheduleMs.length)
+      : intList('peerCheckAttempts', input.peerCheckAttempts, 1, true);
   if (!strictlyIncreasing(peerCheckAttempts)) throw new ConfigError('peerCheckAttempts', 'must be strictly increasing');
   const lastAttempt = peerCheckAttempts.at(-1);
   if (lastAttempt !== undefined && lastAttempt > retryScheduleMs.length) {

@@ -31,14 +31,17 @@ export const ENV_VARS = {
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';
 
+const EMPTY_IS_A_VALUE: ReadonlySet<string> = new Set(['SHINE_PEER_CHECK_ATTEMPTS']);
+
 /** ConfigInput from the environment; SHINE_CONFIG_FILE (JSON, ConfigInput keys) is merged under it. */
 export function configInputFromEnv(env: NodeJS.ProcessEnv): ConfigInput {
   const file = env[CONFIG_FILE_VAR];
   const out: Record<string, unknown> = file ? { ...readConfigFile(file) } : {};
   for (const [name, field] of Object.entries(ENV_VARS)) {
     const value = env[name];
-    // An empty variable means "not set", as shells make it easy to export one by accident.
-    if (value !== undefined && value !== '') out[field] = value;
+    // An empty variable means "not set", as shells make it easy to export one by accident — except
+    // for a list where empty is a value of its own (SHINE_PEER_CHECK_ATTEMPTS= : no peer checks).
+    if (value !== undefined && (value !== '' || EMPTY_IS_A_VALUE.has(name))) out[field] = value;
   }
   return out as ConfigInput;
 }
