@@ -32,7 +32,7 @@ import {
 import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
-import { connectUser, makeUser } from '../helpers/users.js';
+import { connectUser, makeUser, profileFor } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({ serverLogin, ...FAST, ...extra });
@@ -369,6 +369,27 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const [item] = await history(b, 'alice');
     assert.equal(item?.revisionTimeMs, edit2.outgoing.revisionTimeMs);
     assert.equal(item?.blobB64, edit2.incomingBlobB64);
+  });
+
+  it('the first attempt follows a recipient who moved: a cached profile older than profileRefreshMs is refreshed before it', async () => {
+    // No second attempt within the test: only the first attempt can deliver.
+    const alphaSpec = server('alpha', { profileRefreshMs: 0, retryScheduleMs: '0,600000,1200000,1800000,3600000' });
+    await using net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta'), server('gamma')] });
+    const [alpha, , gamma] = [net.servers[0]!, net.servers[1]!, net.servers[2]!];
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered', 'through beta; alpha now holds bob’s profile');
+
+    // bob moves to gamma; his old server is gone.
+    bob.profile = profileFor(bob, { accessServers: ['gamma'], version: 2 });
+    await using bobG = await connectUser(gamma.wsUrl, bob);
+    await net.stop(1);
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'delivered', 'the first attempt went to gamma');
+    await directMessageEvent(bobG, m.incomingKey);
+    assert.deepEqual((await alpha.ctx.store.getUser('bob'))?.profile.accessServers, ['gamma']);
   });
 
   it('imports an unknown recipient’s profile from its access server, and only from a server its profile lists', async () => {

@@ -109,17 +109,23 @@ export class DeliveryEngine {
 
   /**
    * The first attempt (SPEC §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
-   * routes in parallel and resolves with the row's state after the first success or after all failed.
+   * routes in parallel and resolves after the first success or after all failed: `delivered` when it
+   * marked the row delivered, else `accepted` (it changed nothing; the worker owns the row).
    * The remaining calls run on in the background; then the pair goes to the sender's second server.
    */
-  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, routes: readonly string[], senderPeer: string | null): Promise<DeliveryState> {
+  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): Promise<DeliveryState> {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
-    const outcome = this.callRoutes(routes, payload).then(async (ok): Promise<DeliveryState> => {
+    const calls = this.deliverTo(incoming.toLogin, payload).catch((err: unknown) => {
+      this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
+      return false;
+    });
+    const outcome = calls.then(async (ok): Promise<DeliveryState> => {
       if (!ok) return 'accepted';
       try {
-        await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now());
-        return 'delivered';
+        // Only a change this attempt made is reported: the worker may have delivered this revision
+        // already (and told the sender), or a newer revision may have replaced it.
+        return (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) ? 'delivered' : 'accepted';
       } catch (err) {
         // The row stays accepted: the worker's next attempt delivers again (the recipient stores idempotently).
         this.deps.log.error('could not record a delivery', { key: outgoingKey, err: String(err) });
@@ -137,6 +143,19 @@ export class DeliveryEngine {
     }
     this.track(outcome);
     return outcome;
+  }
+
+  /**
+   * One attempt's calls: the recipient's routes read afresh (SPEC §4, §6.4: a profile older than
+   * profileRefreshMs is refreshed first, waited for at most one call timeout), then delivered to in
+   * parallel. True at the first success, or at once when this server is now one of the recipient's.
+   */
+  private async deliverTo(recipientLogin: string, payload: Record<string, unknown>): Promise<boolean> {
+    const { directory, config } = this.deps;
+    const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: config.s2sTimeoutMs });
+    if (!recipient) return false;
+    if (recipient.accessServers.includes(config.serverLogin)) return true;
+    return this.callRoutes(recipient.accessServers, payload);
   }
 
   /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
@@ -240,11 +259,7 @@ export class DeliveryEngine {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
-    const recipient = await directory.lookup(row.recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: config.s2sTimeoutMs });
-    const routes = recipient ? recipient.accessServers.filter((s) => s !== config.serverLogin) : [];
-    const delivered =
-      (recipient?.accessServers.includes(config.serverLogin) ?? false) ||
-      (await this.callRoutes(routes, { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin }));
+    const delivered = await this.deliverTo(row.recipientLogin, { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin });
     if (delivered) {
       await this.finish(row, { state: 'delivered', attempt: regular ? due + 1 : row.attempt, nextAttemptAtMs: null, lastError: null });
     } else if (!regular) {

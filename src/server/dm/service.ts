@@ -125,7 +125,7 @@ export class DmService {
     let deliveryState = stored.answer.deliveryState;
     if (delivery && stored.fresh && (routes.length > 0 || senderPeer)) {
       const outgoingKey = result.outgoing.messageKey;
-      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, routes, senderPeer);
+      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
         const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
         if (waited !== null) deliveryState = waited;

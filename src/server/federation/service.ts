@@ -132,7 +132,7 @@ export class FederationService {
       const outgoingKey = stored.result.outgoing.messageKey;
       // The sender's sessions here learn the outcome too (SPEC §6.7).
       void delivery
-        .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, stored.routes, null)
+        .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null)
         .then((state) => state !== 'accepted' && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, state));
     }
     return stored.answer;
