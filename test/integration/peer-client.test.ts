@@ -6,9 +6,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { WebSocketServer } from 'ws';
-import { systemClock } from '../../src/server/clock.js';
+import { ManualClock, systemClock } from '../../src/server/clock.js';
 import { PeerPool } from '../../src/server/federation/peer-client.js';
 import { createLogger } from '../../src/server/log.js';
+import { waitUntil } from '../helpers/wait.js';
 
 describe('PeerPool', () => {
   let wss: WebSocketServer;
@@ -65,6 +66,49 @@ describe('PeerPool', () => {
       await assert.rejects(p.call('gamma', 'Echo', {}), (err: Error) => err.name === 'PeerUnavailableError');
     } finally {
       await p.close();
+    }
+  });
+
+  it('bounds a whole call by one timeout: the time spent connecting and authenticating counts', async () => {
+    // A peer that holds ServerAuth and every request until the test lets them through.
+    const slow = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await new Promise((r) => slow.once('listening', r));
+    const held: { op: string; answer(): void }[] = [];
+    slow.on('connection', (ws) => {
+      ws.on('message', (data) => {
+        const req = JSON.parse(String(data)) as { op: string; requestId: string };
+        held.push({ op: req.op, answer: () => ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: {} })) });
+      });
+    });
+    const clock = new ManualClock();
+    const p = new PeerPool({
+      serverLogin: 'alpha',
+      sign: () => 'c2lnbmF0dXJl',
+      clock,
+      log: createLogger('silent'),
+      resolveUrl: async () => `ws://127.0.0.1:${(slow.address() as { port: number }).port}/ws`,
+      timeoutMs: 1_000,
+    });
+    try {
+      let settled: string | null = null;
+      const call = p.call('slow', 'Echo', {}).then(
+        () => (settled = 'answered'),
+        (err: Error) => (settled = err.message),
+      );
+      await waitUntil(() => held.length === 1, 5_000, 'ServerAuth sent');
+      clock.advance(600); // authentication took 600 of the call's 1000 ms
+      held.shift()!.answer();
+      await waitUntil(() => held.length === 1, 5_000, 'the request sent');
+      assert.equal(held[0]!.op, 'Echo');
+      clock.advance(399);
+      await new Promise((r) => setImmediate(r));
+      assert.equal(settled, null, 'still within the call’s timeout');
+      clock.advance(1);
+      await call;
+      assert.match(settled ?? '', /timed out/, 'the timeout counts from the start of the call, not from the request');
+    } finally {
+      await p.close();
+      await new Promise<void>((r) => slow.close(() => r()));
     }
   });
 });

@@ -62,12 +62,14 @@ class PeerConnection {
     private readonly deps: PeerPoolDeps,
   ) {}
 
+  /** One call within one timeout (SPEC §6.2), all of it: a backoff wait, dialling, ServerAuth, the request. */
   async call(op: string, payload: Record<string, unknown>): Promise<unknown> {
-    await this.connect();
+    const deadline = this.deps.clock.now() + this.deps.timeoutMs;
+    await this.byDeadline(this.connect(deadline), deadline, `${op} timed out while connecting`);
     const ws = this.ws!;
     const requestId = `${++this.seq}`;
     return new Promise((resolve, reject) => {
-      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () => {
+      const timer = this.deps.clock.setTimer(Math.max(0, deadline - this.deps.clock.now()), () => {
         this.pending.delete(requestId);
         reject(new PeerUnavailableError(this.peer, `${op} timed out`));
       });
@@ -78,15 +80,27 @@ class PeerConnection {
     });
   }
 
-  private connect(): Promise<void> {
+  /** Settles as p does, or rejects at the deadline (p itself runs on: a connection is shared). */
+  private byDeadline<T>(p: Promise<T>, deadline: number, why: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = this.deps.clock.setTimer(Math.max(0, deadline - this.deps.clock.now()), () => reject(new PeerUnavailableError(this.peer, why)));
+      p.then(
+        (v) => (timer.cancel(), resolve(v)),
+        (err: unknown) => (timer.cancel(), reject(err instanceof Error ? err : new Error(String(err)))),
+      );
+    });
+  }
+
+  private connect(deadline: number): Promise<void> {
     if (this.closed) return Promise.reject(new PeerUnavailableError(this.peer, 'pool closed'));
     if (this.ready) return this.ready;
-    const wait = this.retryAtMs - this.deps.clock.now();
+    const now = this.deps.clock.now();
+    const wait = this.retryAtMs - now;
     if (wait > 0) {
       // A call during the backoff waits for the next dial instead of failing untried (an attempt would be
-      // spent without a call), unless that is longer than a call may take.
-      if (wait > this.deps.timeoutMs) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
-      return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect());
+      // spent without a call), unless the dial would come after the call's deadline.
+      if (now + wait >= deadline) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
+      return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect(deadline));
     }
     this.ready = this.open().then(
       () => {
