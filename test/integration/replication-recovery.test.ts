@@ -175,6 +175,10 @@ describe('replication: recovery', () => {
     await bobB.waitFor((f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === freshKey);
     assert.deepEqual(directMessages(bobB).slice(-1), [freshKey]);
     assert.equal(bobB.events.length, bobSaw + 1);
-    assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived + 1);
+    // alpha2 forwarded the pair to alpha1, which runs its own first attempt (SPEC §5.4): bravo is called
+    // twice, stores once.
+    await waitUntil(async () => (await srv(A1).ctx.store.getDelivery(fresh.outgoingKey))?.state === 'delivered', 10_000, 'alpha1 delivered its copy of the pair');
+    assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived + 2);
+    assert.equal(bobB.events.length, bobSaw + 1, 'bob got it once');
   });
 });

@@ -132,7 +132,9 @@ describe('replication: catch-up of an access server that was down', () => {
     await again.waitFor((f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === marker2Key);
     assert.deepEqual(directMessages(again), [marker2Key]);
 
-    // Every row was acked: the next cycle brings only the two markers, which bravo gave both servers.
+    // Every row was acked: the next cycle brings only the two markers, which bravo gave both servers
+    // (alpha1's copies may still be on their way when alpha2's arrive).
+    await waitUntil(async () => (await outboxCounts(srv(A1).httpUrl, 'alice')).unsynced === 2, 10_000, 'both markers on alpha1');
     const second = await syncNow(srv(A2).httpUrl);
     assert.deepEqual([second.dmRows, second.settingsRows, second.errors], [2, 0, 0]);
     assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived);
@@ -163,6 +165,8 @@ describe('replication: catch-up of an access server that was down', () => {
     const [young] = await sendAll(aliceA1, [{ pair: m[3]! }]);
     assert.equal(young!.deliveryState, 'accepted');
     const sourceRow = (await deliveryRows(srv(A1).httpUrl, 'accepted')).find((r) => r.outgoingKey === m[3]!.outgoingKey)!;
+    // alpha1's forwards to the stopped alpha2 end first: only the sync cycle brings the pairs there.
+    await waitUntil(async () => (await metricValue(srv(A1).httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'forwards to alpha2 ended');
 
     await net.start(A2);
     await cyclesDone(srv(A2).httpUrl, 1);

@@ -53,6 +53,12 @@ export function incomingKeyOf(outgoingKey: string): string {
 /** A claimed row's lease, in call timeouts. */
 const LEASE_TIMEOUTS = 6;
 
+/** What a first attempt found: the revision's delivery state, and whether the attempt changed it. */
+export interface FirstAttemptOutcome {
+  state: DeliveryState;
+  changed: boolean;
+}
+
 export class DeliveryEngine {
   private timer: TimerHandle | null = null;
   private readonly queue: DeliveryRow[] = [];
@@ -109,27 +115,30 @@ export class DeliveryEngine {
 
   /**
    * The first attempt (SPEC §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
-   * routes in parallel and resolves after the first success or after all failed: `delivered` when it
-   * marked the row delivered, else `accepted` (it changed nothing; the worker owns the row).
-   * The remaining calls run on in the background; then the pair goes to the sender's second server.
+   * routes in parallel and resolves after the first success or after all failed, with the revision's
+   * state then and whether this attempt changed it (only such a change is this attempt's to report:
+   * the worker reports its own). The remaining calls run on in the background; then the pair goes to
+   * the sender's second server.
    */
-  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): Promise<DeliveryState> {
+  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): Promise<FirstAttemptOutcome> {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
     const calls = this.deliverTo(incoming.toLogin, payload).catch((err: unknown) => {
       this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
       return false;
     });
-    const outcome = calls.then(async (ok): Promise<DeliveryState> => {
-      if (!ok) return 'accepted';
+    const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
+      if (!ok) return { state: 'accepted', changed: false };
       try {
-        // Only a change this attempt made is reported: the worker may have delivered this revision
-        // already (and told the sender), or a newer revision may have replaced it.
-        return (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) ? 'delivered' : 'accepted';
+        if (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) return { state: 'delivered', changed: true };
+        // The worker delivered this revision meanwhile, or a newer revision replaced it.
+        const row = await this.deps.store.getDelivery(outgoingKey);
+        const same = row?.revisionTimeMs === outgoing.revisionTimeMs && row.reencryptedAtMs === outgoing.reencryptedAtMs;
+        return { state: same && row.state === 'delivered' ? 'delivered' : 'accepted', changed: false };
       } catch (err) {
         // The row stays accepted: the worker's next attempt delivers again (the recipient stores idempotently).
         this.deps.log.error('could not record a delivery', { key: outgoingKey, err: String(err) });
-        return 'accepted';
+        return { state: 'accepted', changed: false };
       }
     });
     if (senderPeer) {

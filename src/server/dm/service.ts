@@ -128,9 +128,9 @@ export class DmService {
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
         const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
-        if (waited !== null) deliveryState = waited;
+        if (waited !== null) deliveryState = waited.state;
         // An outcome after the answer reaches the sender as an event (SPEC §6.2, §6.7).
-        else void first.then((state) => state !== 'accepted' && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, state));
+        else void first.then((o) => o.changed && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, o.state));
       }
     }
     return { ...stored.answer, deliveryState };

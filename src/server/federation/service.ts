@@ -133,7 +133,7 @@ export class FederationService {
       // The sender's sessions here learn the outcome too (SPEC §6.7).
       void delivery
         .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null)
-        .then((state) => state !== 'accepted' && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, state));
+        .then((o) => o.changed && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, o.state));
     }
     return stored.answer;
   }
