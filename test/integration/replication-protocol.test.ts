@@ -190,6 +190,39 @@ describe('replication protocol', () => {
     assert.deepEqual([item?.messageKey, item?.revisionTimeMs, item?.blobB64], [m.outgoingKey, editAt, edit.outgoingBlobB64]);
   });
 
+  it('a row committed behind the cursor while a cycle runs still arrives in that cycle (a second pass from the start)', async () => {
+    const gus = makeUser('gus', both, seedFor('gus'));
+    for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, gus, `gus-${i}`)).close();
+    await using gusA1 = await connectUser(srv(A1).wsUrl, gus, 'gus-a1');
+    const t = Date.now() - 60_000;
+    await sendAll(gusA1, [0, 1, 2].map((i) => ({ pair: pairOf({ from: 'gus', to: 'carol', timeMs: t + i, nonce: i }) })));
+    // The race, made certain: right after alpha1 reads gus's first page, a pair commits with a storedAtMs
+    // before that page's first row (as when its time was taken just before the read, in the same
+    // millisecond). The cursor has passed it.
+    const store = srv(A1).ctx.store;
+    const readPage = store.dmSyncPage.bind(store);
+    const late = pairOf({ from: 'gus', to: 'carol', timeMs: t + 10, nonce: 10 });
+    let injected = false;
+    store.dmSyncPage = async (q) => {
+      const page = await readPage(q);
+      if (!injected && q.owner === 'gus' && page.items.length > 0) {
+        injected = true;
+        const nowMs = page.items[0]!.storedAtMs - 1;
+        await store.storePair({ incoming: late.incoming, outgoing: late.outgoing, nowMs, outbox: { owners: new Map([['gus', false]]) }, delivery: null });
+      }
+      return page;
+    };
+    try {
+      const summary = await syncNow(srv(A2).httpUrl);
+      assert.ok(injected);
+      assert.equal(summary.errors, 0);
+      assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'gus'), { owner: 'gus', synced: 4, unsynced: 0 }, 'the late row was pulled and acked too');
+      assert.ok(dmSnapshot(srv(A2), 'gus').copies.some((c) => c.key === late.outgoingKey));
+    } finally {
+      store.dmSyncPage = readPage;
+    }
+  });
+
   it('settings changed on both servers while they did not sync: after a cycle each way both hold the newer value', async () => {
     // Settings travel only by sync, so with no cycle running the two servers cannot exchange them.
     await using fayA1 = await connectUser(srv(A1).wsUrl, fay, 'fay-a1');
@@ -264,7 +297,9 @@ describe('replication protocol', () => {
   it('`shine sync` runs a cycle through POST /admin/sync and prints its summary', async () => {
     const ok = await cli(['sync', '--server', srv(A2).httpUrl, '--admin-token', ADMIN_TOKEN]);
     assert.equal(ok.code, 0, ok.stderr);
-    assert.match(ok.stdout, /^sync done in \d+ ms: 1 peer server\(s\), 4 shared user\(s\); pulled \d+ message row\(s\) and \d+ setting row\(s\); 0 error\(s\)\n$/);
+    const shared = (await srv(A2).ctx.store.sharedUsers('alpha2', 'alpha1')).length;
+    assert.ok(shared >= 4);
+    assert.match(ok.stdout, new RegExp(`^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); 0 error\\(s\\)\n$`));
     const json = await cli(['sync', '--server', srv(A2).wsUrl, '--json'], { SHINE_ADMIN_TOKEN: ADMIN_TOKEN });
     assert.equal(json.code, 0, json.stderr);
     assert.deepEqual(Object.keys(JSON.parse(json.stdout) as object).sort(), ['dmRows', 'durationMs', 'errors', 'peers', 'settingsRows', 'users']);

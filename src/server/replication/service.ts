@@ -48,6 +48,11 @@ type SettingsSyncAnswer = OpResults['UserSettingsSyncBatch'];
 
 
 const PAGE_LIMIT = 500;
+
+interface SyncCursor {
+  storedAtMs: number;
+  key: string;
+}
 const DEFAULT_MAX_BYTES = 3_000_000;
 const HOUR = 3_600_000;
 
@@ -179,49 +184,76 @@ export class ReplicationService {
     return summary;
   }
 
-  private async pullSettings(peer: string, owner: string): Promise<number> {
-    let after = { storedAtMs: 0, key: '' };
-    let acks: string[] = [];
-    let total = 0;
-    for (;;) {
-      const page = await this.deps.peers.call<SettingsSyncAnswer>(peer, 'UserSettingsSyncBatch', {
-        ownerLogin: owner,
-        afterStoredAtMs: after.storedAtMs,
-        afterKey: after.key,
-        limit: PAGE_LIMIT,
-        ackSyncIds: acks,
-      });
-      if (page.items.length === 0) return total;
-      for (const item of page.items) {
-        const value = fromBase64(item.valueB64);
-        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
-        await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
-      }
-      total += page.items.length;
-      this.pulled.inc({ kind: 'settings' }, page.items.length);
-      acks = page.items.map((i) => i.syncId);
-      after = { storedAtMs: page.nextStoredAtMs, key: page.nextKey };
-    }
+  private pullSettings(peer: string, owner: string): Promise<number> {
+    return this.pullAll(
+      async (after, acks) => {
+        const page = await this.deps.peers.call<SettingsSyncAnswer>(peer, 'UserSettingsSyncBatch', {
+          ownerLogin: owner,
+          afterStoredAtMs: after.storedAtMs,
+          afterKey: after.key,
+          limit: PAGE_LIMIT,
+          ackSyncIds: acks,
+        });
+        return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
+      },
+      async (items) => {
+        for (const item of items) {
+          const value = fromBase64(item.valueB64);
+          if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
+          await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
+        }
+        this.pulled.inc({ kind: 'settings' }, items.length);
+        return items.map((i) => i.syncId);
+      },
+    );
   }
 
-  private async pullDm(peer: string, owner: string): Promise<number> {
-    let after = { storedAtMs: 0, key: '' };
-    let acks: string[] = [];
+  private pullDm(peer: string, owner: string): Promise<number> {
+    return this.pullAll(
+      async (after, acks) => {
+        const page = await this.deps.peers.call<DmSyncAnswer>(peer, 'DmSyncBatch', {
+          ownerLogin: owner,
+          afterStoredAtMs: after.storedAtMs,
+          afterMessageKey: after.key,
+          limit: PAGE_LIMIT,
+          ackSyncIds: acks,
+        });
+        return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
+      },
+      async (items) => {
+        const acks = await this.storePage(peer, owner, items);
+        this.pulled.inc({ kind: 'dm' }, acks.length);
+        return acks;
+      },
+    );
+  }
+
+  /**
+   * Pulls pages to the end (SPEC §7): each page is stored, then acked with the next request, until a
+   * page is empty. A row committed just as a page was read can sort behind the cursor (same storedAtMs
+   * millisecond, smaller key); so a pass that moved the cursor is followed by one more from the start,
+   * where only unsynced rows are left, and such a row still arrives in this cycle. Returns rows stored.
+   */
+  private async pullAll<Item>(
+    fetchPage: (after: SyncCursor, acks: string[]) => Promise<{ items: Item[]; next: SyncCursor }>,
+    storeItems: (items: Item[]) => Promise<string[]>,
+  ): Promise<number> {
     let total = 0;
-    for (;;) {
-      const page = await this.deps.peers.call<DmSyncAnswer>(peer, 'DmSyncBatch', {
-        ownerLogin: owner,
-        afterStoredAtMs: after.storedAtMs,
-        afterMessageKey: after.key,
-        limit: PAGE_LIMIT,
-        ackSyncIds: acks,
-      });
-      if (page.items.length === 0) return total;
-      acks = await this.storePage(peer, owner, page.items);
-      total += acks.length;
-      this.pulled.inc({ kind: 'dm' }, acks.length);
-      after = { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey };
+    for (let pass = 0; pass < 2; pass++) {
+      let after: SyncCursor = { storedAtMs: 0, key: '' };
+      let acks: string[] = [];
+      let pages = 0;
+      for (;;) {
+        const page = await fetchPage(after, acks);
+        if (page.items.length === 0) break;
+        pages++;
+        acks = await storeItems(page.items);
+        total += acks.length;
+        after = page.next;
+      }
+      if (pages === 0) break;
     }
+    return total;
   }
 
   /**
