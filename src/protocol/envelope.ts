@@ -58,12 +58,14 @@ export function parseRequest(text: string): Request {
     op: typeof o.op === 'string' ? o.op.slice(0, 128) : undefined,
     requestId: typeof o.requestId === 'string' ? o.requestId.slice(0, 128) : undefined,
   };
-  if (typeof o.op !== 'string' || o.op.length === 0 || o.op.length > 64) {
+  if (typeof o.op !== 'string' || o.op.length === 0) {
     throw new EnvelopeError(new ShineError('BAD_FIELDS', 'op must be a non-empty string'), partial);
   }
   if (typeof o.requestId !== 'string' || o.requestId.length < 1 || o.requestId.length > 128) {
     throw new EnvelopeError(new ShineError('BAD_FIELDS', 'requestId must be 1..128 characters'), partial);
   }
+  // No op has a longer name; the answer echoes at most 128 characters of it.
+  if (o.op.length > 64) throw new EnvelopeError(new ShineError('UNKNOWN_OP', 'unknown op'), partial);
   const payload = o.payload === undefined ? {} : o.payload;
   if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) {
     throw new EnvelopeError(new ShineError('BAD_FIELDS', 'payload must be an object'), partial);

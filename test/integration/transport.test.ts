@@ -100,6 +100,9 @@ describe('transport: frames and envelopes', () => {
   it('answers UNKNOWN_OP (404) to an op nobody registered', async () => {
     await using c = await connectRaw(server.wsUrl);
     assertError(await c.request('NoSuchOp', {}, { requestId: 'r-unknown' }), 404, 'UNKNOWN_OP', { op: 'NoSuchOp', requestId: 'r-unknown' });
+    // A name longer than any op's is unknown too; the answer echoes its first 128 characters.
+    const long = 'X'.repeat(300);
+    assertError(await c.request(long, {}, { requestId: 'r-long' }), 404, 'UNKNOWN_OP', { op: long.slice(0, 128), requestId: 'r-long' });
     assertError(await c.request('GetUserProfile', { login: 'nobody' }), 404, 'USER_NOT_FOUND');
     await assertSessionWorks(bystander);
   });
