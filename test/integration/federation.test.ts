@@ -379,6 +379,20 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(item?.blobB64, edit2.incomingBlobB64);
   });
 
+  it('a recipient on this server and another: delivered at once, and the other server gets the copy too (with its event)', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('gamma')] });
+    const [alpha, gamma] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['alpha', 'gamma']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(alpha.wsUrl, bob, 'desk')).close();
+    await using bobG = await connectUser(gamma.wsUrl, bob, 'phone');
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'delivered', 'the local copy counts');
+    await directMessageEvent(bobG, m.incomingKey);
+    assert.equal(await opCount(gamma, 'ReceiveIncomingMessage'), 1);
+  });
+
   it('the first attempt follows a recipient who moved: a cached profile older than profileRefreshMs is refreshed before it', async () => {
     // No second attempt within the test: only the first attempt can deliver.
     const alphaSpec = server('alpha', { profileRefreshMs: 0, retryScheduleMs: '0,600000,1200000,1800000,3600000' });

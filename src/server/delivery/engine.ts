@@ -157,14 +157,17 @@ export class DeliveryEngine {
   /**
    * One attempt's calls: the recipient's routes read afresh (SPEC §4, §6.4: a profile older than
    * profileRefreshMs is refreshed first, waited for at most one call timeout), then delivered to in
-   * parallel. True at the first success, or at once when this server is now one of the recipient's.
+   * parallel. True at the first success — or at once when this server is one of the recipient's (its
+   * copy counts, SPEC §6.2), while the calls to the recipient's other server still run to their end.
    */
   private async deliverTo(recipientLogin: string, payload: Record<string, unknown>): Promise<boolean> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: config.s2sTimeoutMs });
     if (!recipient) return false;
-    if (recipient.accessServers.includes(config.serverLogin)) return true;
-    return this.callRoutes(recipient.accessServers, payload);
+    const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
+    if (routes.length === recipient.accessServers.length) return this.callRoutes(routes, payload);
+    if (routes.length > 0) this.track(this.callRoutes(routes, payload));
+    return true;
   }
 
   /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
@@ -239,8 +242,8 @@ export class DeliveryEngine {
    */
   private async claimAndAttempt(row: DeliveryRow): Promise<void> {
     const { store, clock, config } = this.deps;
-    // A lease outlives one attempt: the peer check and the parallel calls (each at most a backoff wait
-    // plus a call, both bounded by the timeout) and the profile refresh (bounded by the timeout).
+    // A lease outlives one attempt: the peer check, the profile refresh and the parallel calls, one
+    // timeout each at most (a call's timeout covers its backoff wait, dial and ServerAuth too).
     const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, clock.now() + LEASE_TIMEOUTS * config.s2sTimeoutMs);
     if (mine) await this.attempt(mine);
   }
