@@ -1,6 +1,5 @@
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { sha512 } from '@noble/hashes/sha2.js';
-import { toHex } from './bytes.js';
 
 /** Ed25519 verification; the server injects a faster native one, clients use the pure default. */
 export interface SignatureVerifier {
@@ -16,11 +15,15 @@ function numberLE(bytes: Uint8Array): bigint {
   return n;
 }
 
+const P = 2n ** 255n - 19n;
+const Y_MASK = 2n ** 255n - 1n;
+
 /**
- * The canonical encodings of the eight points of small order (the curve's 8-torsion), generated from
- * the torsion part Q − [8⁻¹ mod L]([8]Q) of the first point Q (by y = 2, 3, …) where it has order 8.
+ * The y coordinates of the eight points of small order (the curve's 8-torsion), in every 255-bit
+ * encoding: y, and y + p where that still fits (as libsodium's blocklist has them). They come from the
+ * torsion part Q − [8⁻¹ mod L]([8]Q) of the first point Q (by y = 2, 3, …) where it has order 8.
  */
-const SMALL_ORDER_ENCODINGS: readonly string[] = (() => {
+const SMALL_ORDER_Y: ReadonlySet<bigint> = (() => {
   const inv8 = modInverse(8n, L);
   for (let y = 2n; ; y++) {
     let q;
@@ -31,9 +34,13 @@ const SMALL_ORDER_ENCODINGS: readonly string[] = (() => {
     }
     const t = q.subtract(q.clearCofactor().multiplyUnsafe(inv8));
     if (t.double().double().is0()) continue; // its torsion part has order below 8
-    const points = [Point.ZERO];
-    for (let k = 1; k < 8; k++) points.push(points[k - 1]!.add(t));
-    return points.map((p) => toHex(p.toBytes()));
+    const ys = new Set<bigint>();
+    for (let k = 0, p = Point.ZERO; k < 8; k++, p = p.add(t)) {
+      const y = numberLE(p.toBytes()) & Y_MASK;
+      ys.add(y);
+      if (y + P <= Y_MASK) ys.add(y + P);
+    }
+    return ys;
   }
 })();
 
@@ -52,9 +59,16 @@ function leBytes(n: bigint): Uint8Array {
   return out;
 }
 
-/** True when 32 bytes are the canonical encoding of a point of small order (as R or as a key). */
+/** True when 32 bytes encode a point of small order, in any encoding (sign bit set or not, y ≥ p). */
 export function isSmallOrderEncoding(point: Uint8Array): boolean {
-  return point.length === 32 && SMALL_ORDER_ENCODINGS.includes(toHex(point));
+  return point.length === 32 && SMALL_ORDER_Y.has(numberLE(point) & Y_MASK);
+}
+
+/** libsodium's rule for a public key: refused unless its y is canonical (below p) and not of small order. */
+export function isWeakKeyEncoding(key: Uint8Array): boolean {
+  if (key.length !== 32) return true;
+  const y = numberLE(key) & Y_MASK;
+  return y >= P || SMALL_ORDER_Y.has(y);
 }
 
 /**

@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { sha512 } from '@noble/hashes/sha2.js';
 import fc from 'fast-check';
-import { fromHex, utf8 } from '../../src/protocol/bytes.js';
+import { fromHex, toHex, utf8 } from '../../src/protocol/bytes.js';
 import { decodeContainer, verifyContainer } from '../../src/protocol/container.js';
 import type { SignatureVerifier } from '../../src/protocol/ed25519.js';
 import { ed25519PublicKey, isSmallOrderEncoding, nobleVerifier, signEd25519 } from '../../src/protocol/ed25519.js';
@@ -137,6 +137,22 @@ describe("Ed25519 verifiers agree where RFC 8032 leaves a choice: libsodium's ru
     for (const key of [identityKey, eightTorsion.toBytes(), eightTorsion.double().toBytes()]) {
       assert.ok(isSmallOrderEncoding(key));
       assert.equal(verdict(identitySignature, utf8('anything at all'), key), false);
+    }
+  });
+
+  it('a small-order key in a non-canonical encoding (sign bit set, or y ≥ p) is refused too', () => {
+    // Each decodes to the identity (y = 1) or the point of order 2 (y = −1) in a lax decoder, under which
+    // R = B, S = 1 fits every message.
+    const signature = Uint8Array.from([...Point.BASE.toBytes(), ...le32(1n)]);
+    const keys = [
+      fromHex('01' + '00'.repeat(30) + '80'), // y = 1 with the sign bit
+      fromHex('ee' + 'ff'.repeat(30) + '7f'), // y = p + 1
+      fromHex('ed' + 'ff'.repeat(30) + '7f'), // y = p
+      fromHex('ec' + 'ff'.repeat(30) + 'ff'), // y = p − 1 with the sign bit
+    ];
+    for (const key of keys) {
+      assert.ok(isSmallOrderEncoding(key), toHex(key));
+      for (const message of [utf8('one'), utf8('two')]) assert.equal(verdict(signature, message, key), false, toHex(key));
     }
   });
 

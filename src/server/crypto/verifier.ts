@@ -6,7 +6,7 @@ import { createPublicKey, verify as nodeVerify } from 'node:crypto';
 import type { KeyObject } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
-import { isSmallOrderEncoding } from '../../protocol/ed25519.js';
+import { isSmallOrderEncoding, isWeakKeyEncoding } from '../../protocol/ed25519.js';
 
 const SIGNATURE_BYTES = 64;
 const PUBLIC_KEY_BYTES = 32;
@@ -63,12 +63,13 @@ function keyObjectFor(publicKey: Uint8Array): KeyObject {
 
 /**
  * OpenSSL's Ed25519 through node:crypto, with a bounded per-key cache of KeyObjects. OpenSSL accepts a
- * key or an R of small order; they are refused here first, so that it answers as libsodium does.
+ * key or an R of small order and a key whose y is not canonical; they are refused here first, so that
+ * it answers as libsodium does.
  */
 export const nodeCryptoVerifier: SignatureVerifier = {
   verify(signature, message, publicKey) {
     if (signature.length !== SIGNATURE_BYTES || publicKey.length !== PUBLIC_KEY_BYTES) return false;
-    if (isSmallOrderEncoding(publicKey) || isSmallOrderEncoding(signature.subarray(0, PUBLIC_KEY_BYTES))) return false;
+    if (isWeakKeyEncoding(publicKey) || isSmallOrderEncoding(signature.subarray(0, PUBLIC_KEY_BYTES))) return false;
     try {
       return nodeVerify(null, message, keyObjectFor(publicKey), signature);
     } catch {
