@@ -157,6 +157,10 @@ describe('federation security: ServerAuth and server operations', () => {
     const carols = textPair(carol, 'alice');
     assertError(await g.request('ReceiveOutcomingMessage', wholePair(carols)), 403, 'NOT_PEER');
     await assertNothingStored(alpha(), carols);
+    // Sizes come before decoding (SPEC §5.2): an oversized blob is TOO_LARGE even beside an undecodable one.
+    const huge = 'A'.repeat(4 * Math.ceil(70_000 / 3));
+    assertError(await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: huge }), 413, 'TOO_LARGE');
+    assertError(await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: forward.outgoingBlobB64 }), 400, 'BAD_BLOB');
 
     // From delta, ann's other access server, the pair is stored with its own delivery row.
     await using d = await serverSession(alpha(), delta);
@@ -193,6 +197,22 @@ describe('federation security: ServerAuth and server operations', () => {
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKeys: [] }), { items: [] });
     assertError(await g.request('GetDmDeliveryStatus', {}), 400, 'EMPTY_MESSAGE_KEY');
     assertError(await g.request('GetDmDeliveryStatus', { messageKeys: Array.from({ length: 501 }, () => delivered.outgoingKey) }), 400, 'BAD_FIELDS');
+  });
+
+  it('an incoming copy from the recipient’s other access server is outboxed as synced; only an authenticated one', async () => {
+    // ann is on alpha and delta: what delta hands alpha for her, delta holds already.
+    await using d = await serverSession(alpha(), delta);
+    const before = await alpha().ctx.store.outboxCounts('ann');
+    await d.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
+    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), { synced: before.synced + 1, unsynced: before.unsynced });
+    await using g = await serverSession(alpha(), gamma);
+    await g.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
+    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), { synced: before.synced + 1, unsynced: before.unsynced + 1 }, 'gamma is not ann’s server');
+    // With s2sAuth off a claim is trusted for routing, not for this: erin's row stays unsynced.
+    await using c = await connectRaw(omega().wsUrl);
+    const erinBefore = await omega().ctx.store.outboxCounts('erin');
+    await c.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'erin'), { sourceServerLogin: 'delta' }));
+    assert.deepEqual(await omega().ctx.store.outboxCounts('erin'), { synced: erinBefore.synced, unsynced: erinBefore.unsynced + 1 });
   });
 
   it('with s2sAuth off, trusts sourceServerLogin without ServerAuth (and still checks who it names)', async () => {

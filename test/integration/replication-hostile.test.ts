@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import { packBlobs } from '../../src/server/store/blobs.js';
 import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { startNetwork } from '../helpers/network.js';
-import { outboxCounts, pairOf, replicationServer, seedFor, sendAll, syncNow } from '../helpers/replication.js';
+import { metricValue, outboxCounts, pairOf, replicationServer, seedFor, sendAll, syncNow } from '../helpers/replication.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 describe('replication: rows the owner does not own, or that do not verify', () => {
@@ -42,6 +42,8 @@ describe('replication: rows the owner does not own, or that do not verify', () =
 
     const summary = await syncNow(a2.httpUrl);
     assert.equal(summary.dmRows, good.length, 'the good rows are stored');
+    // Refused once each: the cycle's second pass from the start (which finds them unsynced) passes them over.
+    assert.equal(await metricValue(a2.httpUrl, 'sync_errors_total', 'peer="alpha1"'), 2);
     for (const p of good) assert.ok(await a2.ctx.store.getCopy(p.outgoingKey), `${p.outgoingKey} on alpha2`);
     assert.equal(await a2.ctx.store.getCopy(foreign.outgoingKey), null, 'a pair of another owner is not stored');
     assert.equal(await a2.ctx.store.getCopy(`${foreign.baseKey}|1`), null);

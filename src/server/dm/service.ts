@@ -255,7 +255,7 @@ export class DmService {
   }
 }
 
-function checkBlobSize(b64: string): void {
+export function checkBlobSize(b64: string): void {
   // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
   // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
   const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);

@@ -9,7 +9,7 @@ import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { DmService } from '../dm/service.js';
-import { decodeBlob } from '../dm/service.js';
+import { checkBlobSize, decodeBlob } from '../dm/service.js';
 import type { Logger } from '../log.js';
 import type { Session } from '../sessions.js';
 import type { Store } from '../store/types.js';
@@ -95,8 +95,10 @@ export class FederationService {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);
     }
     await dm.checkSigned(copy);
-    // From the recipient's other access server (its user sent it there), the copy is there already.
-    const synced = source !== null && source !== config.serverLogin && to.accessServers.includes(source);
+    // From the recipient's other access server (its user sent it there), the copy is there already —
+    // taken only from an authenticated server session, never from a claim (s2sAuth off).
+    const authenticated = session.serverLogin !== null && session.serverLogin === source;
+    const synced = authenticated && source !== config.serverLogin && to.accessServers.includes(source);
     const result = await store.storeCopy({ copy, nowMs: clock.now(), outbox: { owners: new Map([[copy.toLogin, synced]]) } });
     return {
       messageKey: result.messageKey,
@@ -114,6 +116,9 @@ export class FederationService {
     const source = this.sourceOf(session, p.sourceServerLogin);
     const { config, directory, dm, delivery } = this.deps;
     if (!p.incomingBlobB64 || !p.outgoingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
+    // SPEC §5.2 order: sizes before decoding.
+    checkBlobSize(p.incomingBlobB64);
+    checkBlobSize(p.outgoingBlobB64);
     const type = decodeBlob(p.incomingBlobB64).messageType;
     // The caller first (SPEC §5.4: else 403 NOT_PEER): this server and the caller must be the sender's
     // two access servers (a sender new here is imported, from the servers its profile lists); only

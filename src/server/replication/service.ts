@@ -232,13 +232,15 @@ export class ReplicationService {
    * Pulls pages to the end (SPEC §7): each page is stored, then acked with the next request, until a
    * page is empty. A row committed just as a page was read can sort behind the cursor (same storedAtMs
    * millisecond, smaller key); so a pass that moved the cursor is followed by one more from the start,
-   * where only unsynced rows are left, and such a row still arrives in this cycle. Returns rows stored.
+   * where only unsynced rows are left, and such a row still arrives in this cycle (rows refused in the
+   * first pass are passed over in the second). Returns rows stored.
    */
-  private async pullAll<Item>(
+  private async pullAll<Item extends { syncId: string }>(
     fetchPage: (after: SyncCursor, acks: string[]) => Promise<{ items: Item[]; next: SyncCursor }>,
     storeItems: (items: Item[]) => Promise<string[]>,
   ): Promise<number> {
     let total = 0;
+    const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
       let after: SyncCursor = { storedAtMs: 0, key: '' };
       let acks: string[] = [];
@@ -247,7 +249,12 @@ export class ReplicationService {
         const page = await fetchPage(after, acks);
         if (page.items.length === 0) break;
         pages++;
-        acks = await storeItems(page.items);
+        const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
+        acks = items.length > 0 ? await storeItems(items) : [];
+        if (pass === 0 && acks.length < items.length) {
+          const acked = new Set(acks);
+          for (const i of items) if (!acked.has(i.syncId)) refused.add(i.syncId);
+        }
         total += acks.length;
         after = page.next;
       }
