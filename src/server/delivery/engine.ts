@@ -123,7 +123,9 @@ export class DeliveryEngine {
   firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): Promise<FirstAttemptOutcome> {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
-    const calls = this.deliverTo(incoming.toLogin, payload).catch((err: unknown) => {
+    // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
+    const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
+    const calls = this.deliverTo(incoming.toLogin, payload, Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2)).catch((err: unknown) => {
       this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
       return false;
     });
@@ -156,13 +158,13 @@ export class DeliveryEngine {
 
   /**
    * One attempt's calls: the recipient's routes read afresh (SPEC §4, §6.4: a profile older than
-   * profileRefreshMs is refreshed first, waited for at most one call timeout), then delivered to in
+   * profileRefreshMs is refreshed first, waited for at most refreshWaitMs), then delivered to in
    * parallel. True at the first success — or at once when this server is one of the recipient's (its
    * copy counts, SPEC §6.2), while the calls to the recipient's other server still run to their end.
    */
-  private async deliverTo(recipientLogin: string, payload: Record<string, unknown>): Promise<boolean> {
+  private async deliverTo(recipientLogin: string, payload: Record<string, unknown>, refreshWaitMs: number): Promise<boolean> {
     const { directory, config } = this.deps;
-    const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: config.s2sTimeoutMs });
+    const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: refreshWaitMs });
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
     if (routes.length === recipient.accessServers.length) return this.callRoutes(routes, payload);
@@ -271,7 +273,8 @@ export class DeliveryEngine {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
-    const delivered = await this.deliverTo(row.recipientLogin, { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin });
+    const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
+    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs);
     if (delivered) {
       await this.finish(row, { state: 'delivered', attempt: regular ? due + 1 : row.attempt, nextAttemptAtMs: null, lastError: null });
     } else if (!regular) {
