@@ -21,9 +21,13 @@ const Y_MASK = 2n ** 255n - 1n;
 /**
  * The y coordinates of the eight points of small order (the curve's 8-torsion), in every 255-bit
  * encoding: y, and y + p where that still fits (as libsodium's blocklist has them). They come from the
- * torsion part Q − [8⁻¹ mod L]([8]Q) of the first point Q (by y = 2, 3, …) where it has order 8.
+ * torsion part Q − [8⁻¹ mod L]([8]Q) of the first point Q (by y = 2, 3, …) where it has order 8;
+ * found on first use, not when the module loads.
  */
-const SMALL_ORDER_Y: ReadonlySet<bigint> = (() => {
+let smallOrderY: ReadonlySet<bigint> | null = null;
+const smallOrderYs = (): ReadonlySet<bigint> => (smallOrderY ??= findSmallOrderYs());
+
+function findSmallOrderYs(): ReadonlySet<bigint> {
   const inv8 = modInverse(8n, L);
   for (let y = 2n; ; y++) {
     let q;
@@ -42,7 +46,7 @@ const SMALL_ORDER_Y: ReadonlySet<bigint> = (() => {
     }
     return ys;
   }
-})();
+}
 
 function modInverse(a: bigint, m: bigint): bigint {
   let [r0, r1, s0, s1] = [a % m, m, 1n, 0n];
@@ -61,14 +65,14 @@ function leBytes(n: bigint): Uint8Array {
 
 /** True when 32 bytes encode a point of small order, in any encoding (sign bit set or not, y ≥ p). */
 export function isSmallOrderEncoding(point: Uint8Array): boolean {
-  return point.length === 32 && SMALL_ORDER_Y.has(numberLE(point) & Y_MASK);
+  return point.length === 32 && smallOrderYs().has(numberLE(point) & Y_MASK);
 }
 
 /** libsodium's rule for a public key: refused unless its y is canonical (below p) and not of small order. */
 export function isWeakKeyEncoding(key: Uint8Array): boolean {
   if (key.length !== 32) return true;
   const y = numberLE(key) & Y_MASK;
-  return y >= P || SMALL_ORDER_Y.has(y);
+  return y >= P || smallOrderYs().has(y);
 }
 
 /**

@@ -167,7 +167,7 @@ export class DeliveryEngine {
     const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: refreshWaitMs });
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (routes.length === recipient.accessServers.length) return this.callRoutes(routes, payload);
+    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload);
     if (routes.length > 0) this.track(this.callRoutes(routes, payload));
     return true;
   }
