@@ -40,9 +40,9 @@ function findSmallOrderYs(): ReadonlySet<bigint> {
     if (t.double().double().is0()) continue; // its torsion part has order below 8
     const ys = new Set<bigint>();
     for (let k = 0, p = Point.ZERO; k < 8; k++, p = p.add(t)) {
-      const y = numberLE(p.toBytes()) & Y_MASK;
-      ys.add(y);
-      if (y + P <= Y_MASK) ys.add(y + P);
+      const torsionY = numberLE(p.toBytes()) & Y_MASK;
+      ys.add(torsionY);
+      if (torsionY + P <= Y_MASK) ys.add(torsionY + P);
     }
     return ys;
   }

@@ -53,6 +53,12 @@ interface SyncCursor {
   storedAtMs: number;
   key: string;
 }
+
+/** The two pull protocols of SPEC §7: one shape, each with its own op and cursor key names. */
+const SYNC_OPS = {
+  settings: { op: 'UserSettingsSyncBatch', afterKey: 'afterKey', nextKey: 'nextKey' },
+  dm: { op: 'DmSyncBatch', afterKey: 'afterMessageKey', nextKey: 'nextMessageKey' },
+} as const;
 const DEFAULT_MAX_BYTES = 3_000_000;
 const HOUR = 3_600_000;
 
@@ -185,47 +191,18 @@ export class ReplicationService {
   }
 
   private pullSettings(peer: string, owner: string): Promise<number> {
-    return this.pullAll(
-      async (after, acks) => {
-        const page = await this.deps.peers.call<SettingsSyncAnswer>(peer, 'UserSettingsSyncBatch', {
-          ownerLogin: owner,
-          afterStoredAtMs: after.storedAtMs,
-          afterKey: after.key,
-          limit: PAGE_LIMIT,
-          ackSyncIds: acks,
-        });
-        return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
-      },
-      async (items) => {
-        for (const item of items) {
-          const value = fromBase64(item.valueB64);
-          if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
-          await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
-        }
-        this.pulled.inc({ kind: 'settings' }, items.length);
-        return items.map((i) => i.syncId);
-      },
-    );
+    return this.pullAll<SettingsSyncAnswer['items'][number]>(peer, owner, 'settings', async (items) => {
+      for (const item of items) {
+        const value = fromBase64(item.valueB64);
+        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
+        await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
+      }
+      return items.map((i) => i.syncId);
+    });
   }
 
   private pullDm(peer: string, owner: string): Promise<number> {
-    return this.pullAll(
-      async (after, acks) => {
-        const page = await this.deps.peers.call<DmSyncAnswer>(peer, 'DmSyncBatch', {
-          ownerLogin: owner,
-          afterStoredAtMs: after.storedAtMs,
-          afterMessageKey: after.key,
-          limit: PAGE_LIMIT,
-          ackSyncIds: acks,
-        });
-        return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
-      },
-      async (items) => {
-        const acks = await this.storePage(peer, owner, items);
-        this.pulled.inc({ kind: 'dm' }, acks.length);
-        return acks;
-      },
-    );
+    return this.pullAll<DmSyncAnswer['items'][number]>(peer, owner, 'dm', (items) => this.storePage(peer, owner, items));
   }
 
   /**
@@ -236,9 +213,17 @@ export class ReplicationService {
    * first pass are passed over in the second). Returns rows stored.
    */
   private async pullAll<Item extends { syncId: string }>(
-    fetchPage: (after: SyncCursor, acks: string[]) => Promise<{ items: Item[]; next: SyncCursor }>,
+    peer: string,
+    owner: string,
+    kind: keyof typeof SYNC_OPS,
     storeItems: (items: Item[]) => Promise<string[]>,
   ): Promise<number> {
+    const { op, afterKey, nextKey } = SYNC_OPS[kind];
+    const fetchPage = async (after: SyncCursor, acks: string[]): Promise<{ items: Item[]; next: SyncCursor }> => {
+      const payload = { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, [afterKey]: after.key, limit: PAGE_LIMIT, ackSyncIds: acks };
+      const page = await this.deps.peers.call<{ items: Item[]; nextStoredAtMs: number } & Record<typeof nextKey, string>>(peer, op, payload);
+      return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page[nextKey] } };
+    };
     let total = 0;
     const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
@@ -256,6 +241,7 @@ export class ReplicationService {
           for (const i of items) if (!acked.has(i.syncId)) refused.add(i.syncId);
         }
         total += acks.length;
+        this.pulled.inc({ kind }, acks.length);
         after = page.next;
       }
       if (pages === 0) break;
