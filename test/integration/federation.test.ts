@@ -33,6 +33,7 @@ import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
+import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({ serverLogin, ...FAST, ...extra });
@@ -99,7 +100,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
     // The first attempt's call to beta1 runs on in the background (SPEC §6.2) until it fails; only then
     // is beta1 back, so any call it gets would be a later attempt.
-    await waitUntil(async () => (await metric(net.servers[0]!, 'shine_s2s_calls_open', { peer: 'beta1' })) === 0, 10_000, 'the call to beta1 ended');
+    await callsToPeerEnded(net.servers[0]!.httpUrl, 'beta1');
     // beta1 comes back while beta2 is down, so replication cannot fill it: what it holds is what delivery gave it.
     await net.stop(2);
     const beta1 = await net.start(1);

@@ -28,7 +28,6 @@ import {
   dmSnapshotFromFile,
   fullHistory,
   historyView,
-  metricValue,
   outboxCounts,
   pairOf,
   replicationServer,
@@ -38,6 +37,7 @@ import {
 } from '../helpers/replication.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 import { startWsProxy } from '../helpers/ws-proxy.js';
 
@@ -67,7 +67,7 @@ describe('replication: recovery', () => {
       await sendAll(aliceA1, Array.from({ length: N }, (_, i) => ({ pair: pairOf({ from: 'alice', to: 'bob', timeMs: t + i, nonce: i }) })));
       // alpha1 forwards each pair to the stopped alpha2 (ReceiveOutcomingMessage); those calls wait out
       // its reconnect backoff before they fail. Let them end, so that only the puller brings rows.
-      await waitUntil(async () => (await metricValue(a1.httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'forwards to alpha2 ended');
+      await callsToPeerEnded(a1.httpUrl, 'alpha2');
 
       // Pages alpha1 serves, and the first request that carries an ACK (held back, never delivered).
       const served: string[][] = [];

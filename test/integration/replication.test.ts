@@ -19,7 +19,6 @@ import {
   dmSnapshot,
   fullHistory,
   historyView,
-  metricValue,
   outboxCounts,
   pairOf,
   replicationServer,
@@ -28,6 +27,7 @@ import {
   syncNow,
 } from '../helpers/replication.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const A1 = 0;
@@ -83,8 +83,7 @@ describe('replication: catch-up of an access server that was down', () => {
 
     // Calls to the stopped alpha2 (bravo's deliveries, alpha1's forwards) wait out its reconnect
     // backoff before they fail; let them end first, so that nothing reaches alpha2 live when it is back.
-    const callsToA2 = (i: number) => metricValue(srv(i).httpUrl, 's2s_calls_open', 'peer="alpha2"');
-    await waitUntil(async () => (await callsToA2(A1)) === 0 && (await callsToA2(B)) === 0, 30_000, 'calls to alpha2 ended');
+    await Promise.all([callsToPeerEnded(srv(A1).httpUrl, 'alpha2'), callsToPeerEnded(srv(B).httpUrl, 'alpha2')]);
 
     // alpha2 comes back; its start-up cycle finds no shared user yet (alice is new to it).
     await net.start(A2);
@@ -166,7 +165,7 @@ describe('replication: catch-up of an access server that was down', () => {
     assert.equal(young!.deliveryState, 'accepted');
     const sourceRow = (await deliveryRows(srv(A1).httpUrl, 'accepted')).find((r) => r.outgoingKey === m[3]!.outgoingKey)!;
     // alpha1's forwards to the stopped alpha2 end first: only the sync cycle brings the pairs there.
-    await waitUntil(async () => (await metricValue(srv(A1).httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'forwards to alpha2 ended');
+    await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
 
     await net.start(A2);
     await cyclesDone(srv(A2).httpUrl, 1);
@@ -203,7 +202,7 @@ describe('replication: catch-up of an access server that was down', () => {
     const answers = await sendAll(aliceA1, [...toCarol, ...toDave].map((pair) => ({ pair })));
     assert.deepEqual(answers.map((a) => a.deliveryState), ['delivered', 'delivered', 'delivered', 'delivered', 'delivered'], 'through charlie, or locally');
     // The calls to the stopped alpha2 (deliveries, forwards) end before it is back: only sync brings the pairs.
-    await waitUntil(async () => (await metricValue(srv(A1).httpUrl, 's2s_calls_open', 'peer="alpha2"')) === 0, 30_000, 'calls to alpha2 ended');
+    await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
     await net.start(A2);
     await cyclesDone(srv(A2).httpUrl, 1);
     assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'alice'), { owner: 'alice', synced: 5, unsynced: 0 });
