@@ -40,7 +40,8 @@ function rawVerifyRate(msPerRound = 500): number {
     let n = 0;
     const t0 = performance.now();
     while (performance.now() - t0 < msPerRound) {
-      for (let i = 0; i < 64; i++) if (!sodium.crypto_sign_verify_detached(outgoing.signature, msg, pk)) throw new Error('verify failed');
+      for (let i = 0; i < 64; i++)
+        if (!sodium.crypto_sign_verify_detached(outgoing.signature, msg, pk)) throw new Error('verify failed');
       n += 64;
     }
     best = Math.max(best, n / ((performance.now() - t0) / 1000));
@@ -48,7 +49,8 @@ function rawVerifyRate(msPerRound = 500): number {
   return Math.round(best);
 }
 
-const rssKiB = (pid: number, field: 'VmRSS' | 'VmHWM'): number => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+const rssKiB = (pid: number, field: 'VmRSS' | 'VmHWM'): number =>
+  Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
 
 const profile = signProfile(
   {
@@ -63,7 +65,8 @@ const profile = signProfile(
 );
 
 const loadBefore = Number(os.loadavg()[0]!.toFixed(2));
-const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 0 }, { kind: 'text', bodyBytes: 96 }).outgoing.bytes.length;
+const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 0 }, { kind: 'text', bodyBytes: 96 })
+  .outgoing.bytes.length;
 
 // ---- the source's data, written through its store before it starts ----
 const sourceDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-source-'));
@@ -81,9 +84,18 @@ const buildStarted = performance.now();
     const writes = [];
     for (let i = start; i < Math.min(EVENTS, start + WINDOW); i++) {
       const t = base + i;
-      const { incoming, outgoing } = pairOf({ from: OWNER, to: 'bob', timeMs: t, nonce: i }, { kind: 'text', bodyBytes: 96 });
+      const { incoming, outgoing } = pairOf(
+        { from: OWNER, to: 'bob', timeMs: t, nonce: i },
+        { kind: 'text', bodyBytes: 96 },
+      );
       writes.push(
-        store.storePair({ incoming, outgoing, nowMs: t, outbox, delivery: { state: 'delivered', attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null } }),
+        store.storePair({
+          incoming,
+          outgoing,
+          nowMs: t,
+          outbox,
+          delivery: { state: 'delivered', attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null },
+        }),
       );
     }
     await Promise.all(writes);
@@ -95,7 +107,12 @@ const buildSeconds = (performance.now() - buildStarted) / 1000;
 const common = { SHINE_SYNC_INTERVAL_MS: '1000000000', SHINE_LOG_LEVEL: 'warn', SHINE_SQLITE_SYNC: SYNC };
 await using puller = await startServerProcess({
   port: pullerPort,
-  env: { ...common, SHINE_SERVER_LOGIN: PULLER, SHINE_ADMIN_TOKEN: ADMIN_TOKEN, SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws` },
+  env: {
+    ...common,
+    SHINE_SERVER_LOGIN: PULLER,
+    SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
+    SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws`,
+  },
 });
 {
   await using c = await connectRaw(puller.wsUrl);
@@ -103,7 +120,12 @@ await using puller = await startServerProcess({
 }
 await using source = await startServerProcess({
   port: sourcePort,
-  env: { ...common, SHINE_SERVER_LOGIN: SOURCE, SHINE_DATA_DIR: sourceDir, SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws` },
+  env: {
+    ...common,
+    SHINE_SERVER_LOGIN: SOURCE,
+    SHINE_DATA_DIR: sourceDir,
+    SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws`,
+  },
 });
 
 const rawVerifyPerSec = rawVerifyRate();
@@ -115,7 +137,8 @@ const summary = await syncNow(puller.httpUrl);
 const seconds = (performance.now() - t0) / 1000;
 const pullerCpuMs = puller.cpuMs() - cpu0;
 const sourceCpuMs = source.cpuMs() - sourceCpu0;
-if (summary.dmRows !== EVENTS || summary.errors !== 0) throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
+if (summary.dmRows !== EVENTS || summary.errors !== 0)
+  throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
 const eventsPerSec = EVENTS / seconds;
 
 const cpus = os.cpus();
@@ -123,7 +146,13 @@ console.log(
   JSON.stringify({
     bench: 'catch-up',
     date: new Date().toISOString(),
-    machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version, platform: `${process.platform}-${process.arch}`, loadAvg1mBefore: loadBefore },
+    machine: {
+      cpu: cpus[0]?.model ?? 'unknown',
+      cores: cpus.length,
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+      loadAvg1mBefore: loadBefore,
+    },
     durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
     events: EVENTS,
     event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes, 2 signature checks)`,
@@ -139,7 +168,11 @@ console.log(
       pullerPeakRssMiB: Math.round(puller.peakRssKiB() / 1024),
       loadAvg1mAfter: Number(os.loadavg()[0]!.toFixed(2)),
     },
-    rawVerify: { library: 'sodium-native crypto_sign_verify_detached', perSec: rawVerifyPerSec, note: 'one core, bench process, servers idle' },
+    rawVerify: {
+      library: 'sodium-native crypto_sign_verify_detached',
+      perSec: rawVerifyPerSec,
+      note: 'one core, bench process, servers idle',
+    },
     signatureChecksToRawVerify: Number(((eventsPerSec * 2) / rawVerifyPerSec).toFixed(3)),
   }),
 );

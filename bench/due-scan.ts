@@ -28,7 +28,10 @@ function dueStatement(store: SqliteStore): Database.Statement {
 }
 
 /** Median and p99 of `runs` timed calls, in µs (after a warm-up). */
-async function timeScans(fn: () => Promise<unknown> | unknown, runs: number): Promise<{ medianUs: number; p99Us: number }> {
+async function timeScans(
+  fn: () => Promise<unknown> | unknown,
+  runs: number,
+): Promise<{ medianUs: number; p99Us: number }> {
   for (let i = 0; i < Math.min(200, runs); i++) await fn();
   const us: number[] = [];
   for (let i = 0; i < runs; i++) {
@@ -64,7 +67,17 @@ try {
       const to = `peer${(i * 7) % 5000}`;
       const timeMs = now - 3_600_000 - (TERMINAL_ROWS - i);
       const base = `${from}|${to}|${timeMs}|${i}`;
-      insert.run(`${base}|2`, base, from, to, failed ? 'failed' : 'delivered', failed ? 5 : 1, timeMs, failed ? 'no route answered' : null, timeMs);
+      insert.run(
+        `${base}|2`,
+        base,
+        from,
+        to,
+        failed ? 'failed' : 'delivered',
+        failed ? 5 : 1,
+        timeMs,
+        failed ? 'no route answered' : null,
+        timeMs,
+      );
     }
   })();
   const insertSeconds = (performance.now() - t0) / 1000;
@@ -84,7 +97,12 @@ try {
     JSON.stringify({
       bench: 'due-scan',
       date: new Date().toISOString(),
-      machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version, platform: `${process.platform}-${process.arch}` },
+      machine: {
+        cpu: cpus[0]?.model ?? 'unknown',
+        cores: cpus.length,
+        node: process.version,
+        platform: `${process.platform}-${process.arch}`,
+      },
       durability: 'SQLite WAL + synchronous=FULL (the default; the scan itself is a read)',
       query: `store.dueDeliveries(now, ${LIMIT})`,
       scans: SCANS,
@@ -92,7 +110,12 @@ try {
       terminalRows: { rows: TERMINAL_ROWS, byState: counts, ...full },
       growthMedian: Number((full.medianUs / empty.medianUs).toFixed(2)),
       contrastNotIndexed: { note: 'the same query with NOT INDEXED on the full table', ...fullTableScan },
-      bulkInsert: { rows: TERMINAL_ROWS, seconds: Number(insertSeconds.toFixed(2)), rowsPerSec: Math.round(TERMINAL_ROWS / insertSeconds), transactions: 1 },
+      bulkInsert: {
+        rows: TERMINAL_ROWS,
+        seconds: Number(insertSeconds.toFixed(2)),
+        rowsPerSec: Math.round(TERMINAL_ROWS / insertSeconds),
+        transactions: 1,
+      },
       queryPlan: plan.map((r) => r.detail),
     }),
   );

@@ -55,7 +55,9 @@ class Tracker {
       if (this.deliveredAt.size >= this.sentAt.size) resolve();
     });
     const timeout = sleep(DELIVERY_DEADLINE_MS).then(() => {
-      throw new Error(`only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${DELIVERY_DEADLINE_MS} ms`);
+      throw new Error(
+        `only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${DELIVERY_DEADLINE_MS} ms`,
+      );
     });
     await Promise.race([all, timeout]);
     return Math.max(...this.deliveredAt.values());
@@ -66,14 +68,18 @@ class Tracker {
   }
 }
 
-const pct = (sorted: number[], p: number): number => Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
+const pct = (sorted: number[], p: number): number =>
+  Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
 
 /** Sends one pair and records its answer; a `delivered` answer counts as the delivery. */
 async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {
   const key = messageKeyOf(pair.outgoing);
   tracker.sent(key);
   try {
-    const answer = await client.request('SendMessagePair', { incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64 });
+    const answer = await client.request('SendMessagePair', {
+      incomingBlobB64: pair.incomingBlobB64,
+      outgoingBlobB64: pair.outgoingBlobB64,
+    });
     if (answer.deliveryState === 'delivered') tracker.delivered(key);
   } catch (err) {
     tracker.failed(err instanceof ShineClientError ? err.code : String(err));
@@ -86,7 +92,9 @@ function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number):
   return { A: a!, B: b! };
 }
 
-const servers = await startFederatedProcesses([{ serverLogin: 'alpha' }, { serverLogin: 'beta' }], { SHINE_SQLITE_SYNC: SYNC });
+const servers = await startFederatedProcesses([{ serverLogin: 'alpha' }, { serverLogin: 'beta' }], {
+  SHINE_SQLITE_SYNC: SYNC,
+});
 const [a, b] = servers as [ServerProcess, ServerProcess];
 const clients: ShineClient[] = [];
 try {
@@ -97,14 +105,20 @@ try {
   for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
 
   let tracker = new Tracker();
-  for (const c of clients) c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && tracker.delivered(e.outgoingKey));
+  for (const c of clients)
+    c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && tracker.delivered(e.outgoingKey));
   // Warm-up: A imports each bob's profile, B each alice's, and the server-to-server socket opens.
   await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
 
   // Signing and encryption are the clients' work: done before each clock starts.
   const base = Date.now() - 60_000;
   const build = (i: number, k: number): BuiltPair =>
-    textPair(senders[i]!, { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey }, `message ${k} from alice${i}`, { timeMs: base + k });
+    textPair(
+      senders[i]!,
+      { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
+      `message ${k} from alice${i}`,
+      { timeMs: base + k },
+    );
 
   // 1. Throughput until delivered.
   const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
@@ -168,9 +182,18 @@ try {
     JSON.stringify({
       bench: 'federated-send',
       date: new Date().toISOString(),
-      machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version, platform: `${process.platform}-${process.arch}` },
-      durability: SYNC === 'full' ? 'SQLite WAL + synchronous=FULL (both servers)' : 'SQLite WAL + synchronous=NORMAL (both servers)',
-      setup: 'A and B are separate `shine serve` processes on loopback, s2sAuth required; client, A and B share the cores',
+      machine: {
+        cpu: cpus[0]?.model ?? 'unknown',
+        cores: cpus.length,
+        node: process.version,
+        platform: `${process.platform}-${process.arch}`,
+      },
+      durability:
+        SYNC === 'full'
+          ? 'SQLite WAL + synchronous=FULL (both servers)'
+          : 'SQLite WAL + synchronous=NORMAL (both servers)',
+      setup:
+        'A and B are separate `shine serve` processes on loopback, s2sAuth required; client, A and B share the cores',
       throughput,
       fixedRate,
       peakRssMiB: { A: Math.round(a.peakRssKiB() / 1024), B: Math.round(b.peakRssKiB() / 1024) },

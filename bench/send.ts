@@ -25,7 +25,9 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
   // The per-connection client rate limit (200/s) would cap a load generator, not the server.
   const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
   writeFileSync(configFile, JSON.stringify({ rateLimit: { perSecond: 1_000_000, burst: 1_000_000 } }));
-  await using server = await startServerProcess({ env: { SHINE_SQLITE_SYNC: sync, SHINE_LOG_LEVEL: 'warn', SHINE_CONFIG_FILE: configFile } });
+  await using server = await startServerProcess({
+    env: { SHINE_SQLITE_SYNC: sync, SHINE_LOG_LEVEL: 'warn', SHINE_CONFIG_FILE: configFile },
+  });
   const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
   const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
   const clients: ShineClient[] = [];
@@ -40,9 +42,14 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
   const base = Date.now();
   const pairs: BuiltPair[][] = senders.map((s, i) =>
     Array.from({ length: PAIRS }, (_, k) =>
-      textPair(s, { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey }, `message ${k} from ${s.login}`, {
-        timeMs: base + k,
-      }),
+      textPair(
+        s,
+        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
+        `message ${k} from ${s.login}`,
+        {
+          timeMs: base + k,
+        },
+      ),
     ),
   );
   const cpu0 = server.cpuMs();
@@ -66,7 +73,8 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
   const cpuMs = server.cpuMs() - cpu0;
   await Promise.all(clients.map((c) => c.close()));
   latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => Number(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))]!.toFixed(2));
+  const pct = (p: number): number =>
+    Number(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))]!.toFixed(2));
   const total = CLIENTS * PAIRS;
   return {
     durability: sync === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',

@@ -24,7 +24,16 @@ const publicKey = ed25519PublicKey(seed);
 const vector = decodeContainer(VECTOR);
 const signedPart = VECTOR.subarray(0, vector.signedLength);
 const big = encodeSigned(
-  { messageType: 1, fromLogin: 'alice', toLogin: 'bob', timeMs: 1774700000123, nonce: 123456789, revisionTimeMs: 0, reencryptedAtMs: 0, body: new Uint8Array(1024).fill(0x5a) },
+  {
+    messageType: 1,
+    fromLogin: 'alice',
+    toLogin: 'bob',
+    timeMs: 1774700000123,
+    nonce: 123456789,
+    revisionTimeMs: 0,
+    reencryptedAtMs: 0,
+    body: new Uint8Array(1024).fill(0x5a),
+  },
   seed,
 ).bytes;
 
@@ -79,11 +88,20 @@ console.log(
     signedMessageBytes: signedPart.length,
     raw: { sodium: perSec('rawSodium'), node: perSec('rawNode'), noble: perSec('rawNoble') },
     // decodeContainer + verifyContainer with sodiumVerifier, keyed by container size in bytes
-    container: { verifier: 'sodium', [`bytes${VECTOR.length}`]: perSec('container134'), [`bytes${big.length}`]: perSec('container1k') },
+    container: {
+      verifier: 'sodium',
+      [`bytes${VECTOR.length}`]: perSec('container134'),
+      [`bytes${big.length}`]: perSec('container1k'),
+    },
     containerToRaw: { [`bytes${VECTOR.length}`]: ratio('container134'), [`bytes${big.length}`]: ratio('container1k') },
     measureMs: MEASURE_MS,
     method: `best of ${ROUNDS} interleaved rounds`,
-    machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version, platform: `${process.platform}-${process.arch}` },
+    machine: {
+      cpu: cpus[0]?.model ?? 'unknown',
+      cores: cpus.length,
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+    },
     date: new Date().toISOString(),
   }),
 );

@@ -3,8 +3,21 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type { ParseArgsConfig } from 'node:util';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import type { DeliveryStateChangedEvent, DirectMessageEvent, HistoryEntry, Identity, OpenedMessage } from '../client/index.js';
-import { ShineClient, createIdentity, fetchServerDescriptor, identityFromJson, identityToJson, makeProfile } from '../client/index.js';
+import type {
+  DeliveryStateChangedEvent,
+  DirectMessageEvent,
+  HistoryEntry,
+  Identity,
+  OpenedMessage,
+} from '../client/index.js';
+import {
+  ShineClient,
+  createIdentity,
+  fetchServerDescriptor,
+  identityFromJson,
+  identityToJson,
+  makeProfile,
+} from '../client/index.js';
 import type { SyncCycleSummary } from '../protocol/ops.js';
 
 const USAGE = `usage:
@@ -46,7 +59,10 @@ async function loadIdentity(path: string): Promise<Identity> {
 }
 
 /** Connects and, unless only the socket is wanted, logs in. */
-async function connect(values: { identity?: string; server?: string; device?: string }, login = true): Promise<{ client: ShineClient; identity: Identity }> {
+async function connect(
+  values: { identity?: string; server?: string; device?: string },
+  login = true,
+): Promise<{ client: ShineClient; identity: Identity }> {
   const identity = await loadIdentity(required(values.identity, 'identity'));
   const client = await ShineClient.connect(required(values.server, 'server'), { WebSocket });
   if (login) {
@@ -61,7 +77,11 @@ async function connect(values: { identity?: string; server?: string; device?: st
 }
 
 /** Runs fn with a logged-in client and always closes it. */
-async function withClient(values: { identity?: string; server?: string; device?: string }, fn: (client: ShineClient, identity: Identity) => Promise<void>, login = true): Promise<void> {
+async function withClient(
+  values: { identity?: string; server?: string; device?: string },
+  fn: (client: ShineClient, identity: Identity) => Promise<void>,
+  login = true,
+): Promise<void> {
   const { client, identity } = await connect(values, login);
   try {
     await fn(client, identity);
@@ -116,7 +136,8 @@ async function identityCreate(args: string[]): Promise<void> {
   try {
     await writeFile(path, identityToJson(identity), { mode: 0o600, flag: 'wx' });
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new UsageError(`${path} exists; refusing to overwrite an identity`);
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST')
+      throw new UsageError(`${path} exists; refusing to overwrite an identity`);
     throw err;
   }
   out(`created identity ${identity.login} in ${path}`);
@@ -128,14 +149,24 @@ async function register(args: string[]): Promise<void> {
   await withClient(
     values,
     async (client, identity) => {
-      const accessServers = values['access-servers']?.split(',').map((s) => s.trim()).filter(Boolean) ?? [(await fetchServerDescriptor(server)).serverLogin];
+      const accessServers = values['access-servers']
+        ?.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean) ?? [(await fetchServerDescriptor(server)).serverLogin];
       const existing = await client.getProfile(identity.login).catch((err: unknown) => {
         if ((err as { code?: string }).code === 'USER_NOT_FOUND') return null;
         throw err;
       });
       const fresh = makeProfile(identity, accessServers, (existing?.version ?? 0) + 1, Date.now());
-      if (existing && existing.signKeyB64 === fresh.signKeyB64 && existing.encKeyB64 === fresh.encKeyB64 && existing.accessServers.join() === accessServers.join()) {
-        out(`${identity.login} is already registered on ${accessServers.join(',')} (profile version ${existing.version})`);
+      if (
+        existing &&
+        existing.signKeyB64 === fresh.signKeyB64 &&
+        existing.encKeyB64 === fresh.encKeyB64 &&
+        existing.accessServers.join() === accessServers.join()
+      ) {
+        out(
+          `${identity.login} is already registered on ${accessServers.join(',')} (profile version ${existing.version})`,
+        );
         return;
       }
       const profile = await client.register(fresh);
@@ -181,7 +212,9 @@ async function watch(args: string[]): Promise<void> {
   };
   client.on('DirectMessage', (ev: DirectMessageEvent) =>
     enqueue(async () => {
-      const line = await client.decryptEvent(ev).then(describe, (err: unknown) => `${iso(ev.timeMs)} ${ev.messageKey} unreadable: ${(err as Error).message}`);
+      const line = await client
+        .decryptEvent(ev)
+        .then(describe, (err: unknown) => `${iso(ev.timeMs)} ${ev.messageKey} unreadable: ${(err as Error).message}`);
       out(line);
       await client.ack([ev.messageKey]);
     }),
@@ -199,13 +232,19 @@ async function watch(args: string[]): Promise<void> {
 }
 
 function describeHistory(item: HistoryEntry): string {
-  const state = [item.deliveryState, item.readAtMs === null ? null : `read ${iso(item.readAtMs)}`].filter(Boolean).join(', ');
+  const state = [item.deliveryState, item.readAtMs === null ? null : `read ${iso(item.readAtMs)}`]
+    .filter(Boolean)
+    .join(', ');
   const body = item.text === null ? `unreadable: ${item.problem}` : JSON.stringify(item.text);
   return `${iso(item.timeMs)} ${item.fromLogin} → ${item.toLogin}${item.revisionTimeMs > 0 ? ' (edited)' : ''}: ${body}${state ? ` [${state}]` : ''}`;
 }
 
 async function history(args: string[]): Promise<void> {
-  const { values } = parse(args, { ...CLIENT_OPTIONS, with: { type: 'string' }, limit: { type: 'string', default: '20' } });
+  const { values } = parse(args, {
+    ...CLIENT_OPTIONS,
+    with: { type: 'string' },
+    limit: { type: 'string', default: '20' },
+  });
   const peer = required(values.with, 'with');
   const limit = Number(values.limit);
   if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a positive integer');
@@ -217,10 +256,13 @@ async function history(args: string[]): Promise<void> {
   });
 }
 
-
 /** POST /admin/sync on a server (SPEC §8) and prints the cycle's summary; exit status 1 if an exchange failed. */
 async function sync(args: string[]): Promise<void> {
-  const { values, positionals } = parse(args, { server: { type: 'string' }, 'admin-token': { type: 'string' }, json: { type: 'boolean', default: false } });
+  const { values, positionals } = parse(args, {
+    server: { type: 'string' },
+    'admin-token': { type: 'string' },
+    json: { type: 'boolean', default: false },
+  });
   if (positionals.length > 0) throw new UsageError(`unexpected argument ${positionals[0]}`);
   const token = values['admin-token'] ?? process.env.SHINE_ADMIN_TOKEN;
   if (!token) throw new UsageError('--admin-token (or SHINE_ADMIN_TOKEN) is required');
@@ -232,12 +274,18 @@ async function sync(args: string[]): Promise<void> {
   }
   // The server's WebSocket URL names the same port, so it is accepted too.
   if (url.protocol === 'ws:' || url.protocol === 'wss:') url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError('--server must be an http:// or https:// URL');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new UsageError('--server must be an http:// or https:// URL');
   url = new URL('/admin/sync', url);
   const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
   const body = await res.text();
   if (res.status !== 200) {
-    const hint = res.status === 404 ? ' (is SHINE_ADMIN_TOKEN set on the server?)' : res.status === 401 ? ' (wrong admin token)' : '';
+    const hint =
+      res.status === 404
+        ? ' (is SHINE_ADMIN_TOKEN set on the server?)'
+        : res.status === 401
+          ? ' (wrong admin token)'
+          : '';
     throw new Error(`POST ${url.href} answered ${res.status}${hint}: ${body.slice(0, 500)}`);
   }
   const s = JSON.parse(body) as SyncCycleSummary;
@@ -266,7 +314,10 @@ async function main(argv: string[]): Promise<number> {
   const helpWanted = name === '' || name === 'help' || argv.includes('--help') || argv.includes('-h');
   if (helpWanted || !command) {
     if (helpWanted) out(USAGE);
-    else process.stderr.write(`shine: unknown command ${JSON.stringify(argv.slice(0, name.split(' ').length).join(' '))}\n${USAGE}\n`);
+    else
+      process.stderr.write(
+        `shine: unknown command ${JSON.stringify(argv.slice(0, name.split(' ').length).join(' '))}\n${USAGE}\n`,
+      );
     return helpWanted ? 0 : 2;
   }
   try {

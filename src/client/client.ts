@@ -1,7 +1,14 @@
 /** ShineClient: one WebSocket session to an access server (SPEC §5), with E2E text on top. Node and browser. */
 import { fromBase64, toBase64 } from '../protocol/bytes.js';
 import type { Container } from '../protocol/container.js';
-import { ContainerError, baseKeyOf, decodeContainer, messageKeyOf, ownerOf, verifyContainer } from '../protocol/container.js';
+import {
+  ContainerError,
+  baseKeyOf,
+  decodeContainer,
+  messageKeyOf,
+  ownerOf,
+  verifyContainer,
+} from '../protocol/container.js';
 import type { ErrorCode } from '../protocol/errors.js';
 import type { ServerDescriptor, UserProfile } from '../protocol/identity.js';
 import { authSigningText, signText, verifyDescriptor, verifyProfile } from '../protocol/identity.js';
@@ -102,7 +109,8 @@ export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch
   const res = await fetchFn(url);
   if (!res.ok) throw new ShineClientError('BAD_PROFILE', res.status, `GET ${url.href} answered ${res.status}`);
   const descriptor = (await res.json()) as ServerDescriptor;
-  if (!verifyDescriptor(descriptor)) throw new ShineClientError('BAD_PROFILE', 0, `descriptor of ${url.host} has a bad signature`);
+  if (!verifyDescriptor(descriptor))
+    throw new ShineClientError('BAD_PROFILE', 0, `descriptor of ${url.host} has a bad signature`);
   return descriptor;
 }
 
@@ -151,7 +159,9 @@ export class ShineClient {
     const client = new ShineClient(new Ctor(url), options);
     await new Promise<void>((resolve, reject) => {
       client.ws.addEventListener('open', () => resolve());
-      void client.closed.then(({ code }) => reject(new ShineClientError('CLOSED', 0, `could not connect to ${url} (close ${code})`)));
+      void client.closed.then(({ code }) =>
+        reject(new ShineClientError('CLOSED', 0, `could not connect to ${url} (close ${code})`)),
+      );
     });
     return client;
   }
@@ -197,7 +207,15 @@ export class ShineClient {
 
   private onFrame(data: unknown): void {
     if (typeof data !== 'string') return;
-    let frame: { op?: unknown; requestId?: unknown; event?: unknown; ok?: unknown; status?: unknown; payload?: unknown; error?: { code?: string; message?: string } };
+    let frame: {
+      op?: unknown;
+      requestId?: unknown;
+      event?: unknown;
+      ok?: unknown;
+      status?: unknown;
+      payload?: unknown;
+      error?: { code?: string; message?: string };
+    };
     try {
       frame = JSON.parse(data) as typeof frame;
     } catch {
@@ -223,7 +241,14 @@ export class ShineClient {
     if (frame.ok === true) p.resolve(frame.payload);
     else {
       const status = typeof frame.status === 'number' ? frame.status : 500;
-      p.reject(new ShineClientError((frame.error?.code ?? 'INTERNAL') as ErrorCode, status, frame.error?.message ?? 'request failed', p.op));
+      p.reject(
+        new ShineClientError(
+          (frame.error?.code ?? 'INTERNAL') as ErrorCode,
+          status,
+          frame.error?.message ?? 'request failed',
+          p.op,
+        ),
+      );
     }
   }
 
@@ -237,8 +262,17 @@ export class ShineClient {
   /** Authenticates this socket as identity's user on device deviceId (AuthChallenge, then AuthLogin). */
   async login(identity: Identity, deviceId: string): Promise<OpResults['AuthLogin']> {
     const challenge = await this.request('AuthChallenge', {});
-    const text = authSigningText({ server: challenge.serverLogin, challengeB64: challenge.challengeB64, login: identity.login, deviceId });
-    const res = await this.request('AuthLogin', { login: identity.login, deviceId, signatureB64: signText(text, identity.signSeed) });
+    const text = authSigningText({
+      server: challenge.serverLogin,
+      challengeB64: challenge.challengeB64,
+      login: identity.login,
+      deviceId,
+    });
+    const res = await this.request('AuthLogin', {
+      login: identity.login,
+      deviceId,
+      signatureB64: signText(text, identity.signSeed),
+    });
     this.identity = identity;
     this.sessionInfo = { ...res, serverLogin: challenge.serverLogin };
     return res;
@@ -252,9 +286,11 @@ export class ShineClient {
     const cached = this.profiles.get(login);
     if (cached && !options.refresh) return cached;
     const fetched = this.request('GetUserProfile', { login }).then(async ({ profile }) => {
-      if (profile.login !== login || !verifyProfile(profile)) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} does not verify`);
+      if (profile.login !== login || !verifyProfile(profile))
+        throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} does not verify`);
       const known = cached && (await cached.catch(() => null));
-      if (known && known.signKeyB64 !== profile.signKeyB64) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} changed its signing key`);
+      if (known && known.signKeyB64 !== profile.signKeyB64)
+        throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} changed its signing key`);
       return profile;
     });
     this.profiles.set(login, fetched);
@@ -273,22 +309,34 @@ export class ShineClient {
     return { login, encKey };
   }
 
-  private async sendPair(op: 'SendMessagePair' | 'DeleteMessage' | 'DeleteConversation', pair: BuiltPair): Promise<SentPair> {
-    const answer = await this.request(op, { incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64 });
+  private async sendPair(
+    op: 'SendMessagePair' | 'DeleteMessage' | 'DeleteConversation',
+    pair: BuiltPair,
+  ): Promise<SentPair> {
+    const answer = await this.request(op, {
+      incomingBlobB64: pair.incomingBlobB64,
+      outgoingBlobB64: pair.outgoingBlobB64,
+    });
     const { fromLogin, toLogin, timeMs, nonce, revisionTimeMs } = pair.outgoing;
     return { ...answer, fromLogin, toLogin, timeMs, nonce, revisionTimeMs };
   }
 
   /** Sends an end-to-end encrypted text to a user. */
   async sendText(to: string, text: string): Promise<SentPair> {
-    return this.sendPair('SendMessagePair', textPair(this.me(), await this.recipient(to), text, { timeMs: this.now() }));
+    return this.sendPair(
+      'SendMessagePair',
+      textPair(this.me(), await this.recipient(to), text, { timeMs: this.now() }),
+    );
   }
 
   /** Replaces the text of a message this user sent to `to`; the messageKey stays, the revision rises. */
   async editText(to: string, original: Pick<MessageRef, 'timeMs' | 'nonce'>, newText: string): Promise<SentPair> {
     // Two edits in one millisecond would carry the same revision and the second would change nothing.
     this.lastEditMs = Math.max(this.now(), this.lastEditMs + 1);
-    return this.sendPair('SendMessagePair', editTextPair(this.me(), await this.recipient(to), original, newText, this.lastEditMs));
+    return this.sendPair(
+      'SendMessagePair',
+      editTextPair(this.me(), await this.recipient(to), original, newText, this.lastEditMs),
+    );
   }
 
   /** Sends a read receipt for a message the peer sent to this user. */
@@ -303,7 +351,10 @@ export class ShineClient {
 
   /** Deletes every message of the dialog with peer up to beforeMs (inclusive), for both sides. */
   deleteConversation(peer: string, beforeMs: number): Promise<SentPair> {
-    return this.sendPair('DeleteConversation', deleteConversationPair(this.me(), peer, beforeMs, { timeMs: this.now() }));
+    return this.sendPair(
+      'DeleteConversation',
+      deleteConversationPair(this.me(), peer, beforeMs, { timeMs: this.now() }),
+    );
   }
 
   /** Verifies a container this user owns (signature by its fromLogin) and decrypts it when it is text. */
@@ -318,21 +369,28 @@ export class ShineClient {
       if (err instanceof ContainerError) throw new ShineClientError('BAD_BLOB', 0, `bad container: ${err.message}`);
       throw err;
     }
-    if (ownerOf(c) !== me.login) throw new ShineClientError('NOT_OWNER', 0, `copy ${messageKeyOf(c)} belongs to ${ownerOf(c)}`);
-    const signKey = c.fromLogin === me.login ? me.signPublicKey : fromBase64((await this.getProfile(c.fromLogin)).signKeyB64);
-    if (!signKey || !verifyContainer(c, signKey)) throw new ShineClientError('BAD_SIGNATURE', 0, `${messageKeyOf(c)} is not signed by ${c.fromLogin}`);
+    if (ownerOf(c) !== me.login)
+      throw new ShineClientError('NOT_OWNER', 0, `copy ${messageKeyOf(c)} belongs to ${ownerOf(c)}`);
+    const signKey =
+      c.fromLogin === me.login ? me.signPublicKey : fromBase64((await this.getProfile(c.fromLogin)).signKeyB64);
+    if (!signKey || !verifyContainer(c, signKey))
+      throw new ShineClientError('BAD_SIGNATURE', 0, `${messageKeyOf(c)} is not signed by ${c.fromLogin}`);
     return { container: c, messageKey: messageKeyOf(c), baseKey: baseKeyOf(c), ...contentOf(c, me.encSecretKey) };
   }
 
   /** Opens the copy a DirectMessage event carries, checking it is the copy the event names. */
   async decryptEvent(event: DirectMessageEvent): Promise<OpenedMessage> {
     const opened = await this.open(event.blobB64);
-    if (opened.messageKey !== event.messageKey) throw new ShineClientError('BAD_BLOB', 0, `event names ${event.messageKey} but carries ${opened.messageKey}`);
+    if (opened.messageKey !== event.messageKey)
+      throw new ShineClientError('BAD_BLOB', 0, `event names ${event.messageKey} but carries ${opened.messageKey}`);
     return opened;
   }
 
   /** One page of the dialog with peer, newest first, texts decrypted. */
-  async history(peer: string, options: { before?: { timeMs: number; messageKey: string }; limit?: number } = {}): Promise<HistoryPage> {
+  async history(
+    peer: string,
+    options: { before?: { timeMs: number; messageKey: string }; limit?: number } = {},
+  ): Promise<HistoryPage> {
     const page = await this.request('GetDirectMessages', {
       peerLogin: peer,
       beforeTimeMs: options.before?.timeMs ?? 0,
@@ -367,7 +425,11 @@ export class ShineClient {
   }
 
   /** Stores a setting encrypted to the user's own key; null deletes it. */
-  setSetting(key: string, value: Uint8Array | null, updatedAtMs: number = this.now()): Promise<OpResults['SetUserSetting']> {
+  setSetting(
+    key: string,
+    value: Uint8Array | null,
+    updatedAtMs: number = this.now(),
+  ): Promise<OpResults['SetUserSetting']> {
     const me = this.me();
     const valueB64 = value === null ? '' : toBase64(encryptBody(value, me.encPublicKey, settingAad(me.login, key)));
     return this.request('SetUserSetting', { key, valueB64, updatedAtMs });
@@ -380,7 +442,11 @@ export class ShineClient {
     return items.map((item) => {
       const raw = fromBase64(item.valueB64);
       if (!raw) throw new ShineClientError('BAD_BLOB', 0, `setting ${item.key} is not base64`);
-      return { key: item.key, value: decryptBody(raw, me.encSecretKey, settingAad(me.login, item.key)), updatedAtMs: item.updatedAtMs };
+      return {
+        key: item.key,
+        value: decryptBody(raw, me.encSecretKey, settingAad(me.login, item.key)),
+        updatedAtMs: item.updatedAtMs,
+      };
     });
   }
 

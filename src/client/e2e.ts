@@ -43,7 +43,9 @@ export class E2eError extends Error {
 }
 
 /** The AAD of a container body: binds it to its baseKey and messageType. */
-export function messageAad(c: Pick<ContainerFields, 'fromLogin' | 'toLogin' | 'timeMs' | 'nonce' | 'messageType'>): Uint8Array {
+export function messageAad(
+  c: Pick<ContainerFields, 'fromLogin' | 'toLogin' | 'timeMs' | 'nonce' | 'messageType'>,
+): Uint8Array {
   return utf8(`${LABEL}|msg|${messageKeyOf(c)}`);
 }
 

@@ -31,7 +31,13 @@ export function createIdentity(login: string): Identity {
   if (!isValidLogin(login)) throw new Error(`invalid login: ${login}`);
   const sign = ed25519.keygen();
   const enc = x25519.keygen();
-  return { login, signSeed: sign.secretKey, signPublicKey: sign.publicKey, encSecretKey: enc.secretKey, encPublicKey: enc.publicKey };
+  return {
+    login,
+    signSeed: sign.secretKey,
+    signPublicKey: sign.publicKey,
+    encSecretKey: enc.secretKey,
+    encPublicKey: enc.publicKey,
+  };
 }
 
 /** Serialises an identity for storage (it contains secrets: store it private). */
@@ -65,14 +71,22 @@ export function identityFromJson(text: string): Identity {
     encSecretKey: key('encSecretKeyB64'),
     encPublicKey: key('encKeyB64'),
   };
-  if (toBase64(ed25519.getPublicKey(identity.signSeed)) !== o.signKeyB64 || toBase64(x25519.getPublicKey(identity.encSecretKey)) !== o.encKeyB64) {
+  if (
+    toBase64(ed25519.getPublicKey(identity.signSeed)) !== o.signKeyB64 ||
+    toBase64(x25519.getPublicKey(identity.encSecretKey)) !== o.encKeyB64
+  ) {
     throw new Error('identity file: public keys do not match the secret keys');
   }
   return identity;
 }
 
 /** The signed profile to register: version must grow with every change (SPEC §4). */
-export function makeProfile(identity: Identity, accessServers: readonly string[], version: number, updatedAtMs: number): UserProfile {
+export function makeProfile(
+  identity: Identity,
+  accessServers: readonly string[],
+  version: number,
+  updatedAtMs: number,
+): UserProfile {
   return signProfile(
     {
       login: identity.login,

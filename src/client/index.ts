@@ -5,4 +5,12 @@ export * from './pairs.js';
 export * from './client.js';
 export type { UserProfile, ServerDescriptor } from '../protocol/identity.js';
 export type { Container, MessageType } from '../protocol/container.js';
-export type { DirectMessageEvent, DeliveryStateChangedEvent, DeliveryState, HistoryItem, OpName, OpResults, PairAnswer } from '../protocol/ops.js';
+export type {
+  DirectMessageEvent,
+  DeliveryStateChangedEvent,
+  DeliveryState,
+  HistoryItem,
+  OpName,
+  OpResults,
+  PairAnswer,
+} from '../protocol/ops.js';

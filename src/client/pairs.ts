@@ -85,7 +85,8 @@ function buildPair(
 /** Types 1/2: the text encrypted once to the recipient and once to the sender. */
 export function textPair(sender: PairSender, recipient: TextRecipient, text: string, stamp: PairStamp = {}): BuiltPair {
   const plaintext = utf8(text);
-  if (plaintext.length > MAX_TEXT_BYTES) throw new RangeError(`text is ${plaintext.length} bytes; at most ${MAX_TEXT_BYTES} fit`);
+  if (plaintext.length > MAX_TEXT_BYTES)
+    throw new RangeError(`text is ${plaintext.length} bytes; at most ${MAX_TEXT_BYTES} fit`);
   return buildPair(sender, recipient.login, 1, stamp, (f) =>
     encryptBody(plaintext, f.messageType === 1 ? recipient.encKey : sender.encPublicKey, messageAad(f)),
   );
@@ -100,11 +101,20 @@ export function editTextPair(
   editTimeMs: number,
 ): BuiltPair {
   if (!(editTimeMs > 0)) throw new RangeError('an edit needs a positive revisionTimeMs');
-  return textPair(sender, recipient, newText, { timeMs: original.timeMs, nonce: original.nonce, revisionTimeMs: editTimeMs });
+  return textPair(sender, recipient, newText, {
+    timeMs: original.timeMs,
+    nonce: original.nonce,
+    revisionTimeMs: editTimeMs,
+  });
 }
 
 /** Types 3/4: the reader tells the message's sender it was read at readAtMs. */
-export function receiptPair(reader: PairSender, message: MessageRef, readAtMs: number, stamp: PairStamp = {}): BuiltPair {
+export function receiptPair(
+  reader: PairSender,
+  message: MessageRef,
+  readAtMs: number,
+  stamp: PairStamp = {},
+): BuiltPair {
   if (message.toLogin !== reader.login) throw new Error('a read receipt is sent by the recipient of the message');
   const body = encodeReceiptBody({ readAtMs, targetTimeMs: message.timeMs, targetNonce: message.nonce });
   return buildPair(reader, message.fromLogin, 3, stamp, () => body);
@@ -114,12 +124,21 @@ export function receiptPair(reader: PairSender, message: MessageRef, readAtMs: n
 export function deleteMessagePair(sender: PairSender, target: MessageRef, stamp: PairStamp = {}): BuiltPair {
   const sentByMe = target.fromLogin === sender.login;
   if (!sentByMe && target.toLogin !== sender.login) throw new Error('the message is not in the sender’s dialog');
-  const body = encodeDeleteMessageBody({ targetTimeMs: target.timeMs, targetNonce: target.nonce, targetSender: sentByMe ? 0 : 1 });
+  const body = encodeDeleteMessageBody({
+    targetTimeMs: target.timeMs,
+    targetNonce: target.nonce,
+    targetSender: sentByMe ? 0 : 1,
+  });
   return buildPair(sender, sentByMe ? target.toLogin : target.fromLogin, 5, stamp, () => body);
 }
 
 /** Types 7/8: deletes every message of the dialog with timeMs ≤ deleteBeforeMs. */
-export function deleteConversationPair(sender: PairSender, peerLogin: string, deleteBeforeMs: number, stamp: PairStamp = {}): BuiltPair {
+export function deleteConversationPair(
+  sender: PairSender,
+  peerLogin: string,
+  deleteBeforeMs: number,
+  stamp: PairStamp = {},
+): BuiltPair {
   const body = encodeDeleteConversationBody({ deleteBeforeMs });
   return buildPair(sender, peerLogin, 7, stamp, () => body);
 }

@@ -118,7 +118,10 @@ function checkBody(type: number, body: Uint8Array): void {
   if (body.length !== fixed) throw new ContainerError('BAD_BODY', `type ${type} body must be ${fixed} bytes`);
   const view = new DataView(body.buffer, body.byteOffset, body.byteLength);
   if (type <= 4) {
-    if (view.getBigUint64(0) > BigInt(Number.MAX_SAFE_INTEGER) || view.getBigUint64(8) > BigInt(Number.MAX_SAFE_INTEGER)) {
+    if (
+      view.getBigUint64(0) > BigInt(Number.MAX_SAFE_INTEGER) ||
+      view.getBigUint64(8) > BigInt(Number.MAX_SAFE_INTEGER)
+    ) {
       throw new ContainerError('BAD_INTEGER');
     }
   } else if (type <= 6) {
@@ -238,7 +241,11 @@ export function decodeContainer(bytes: Uint8Array): Container {
 }
 
 /** True when the signature is fromLogin's, given that login's 32-byte Ed25519 public key. */
-export function verifyContainer(c: Container, publicKey: Uint8Array, verifier: SignatureVerifier = nobleVerifier): boolean {
+export function verifyContainer(
+  c: Container,
+  publicKey: Uint8Array,
+  verifier: SignatureVerifier = nobleVerifier,
+): boolean {
   return verifier.verify(c.signature, c.bytes.subarray(0, c.signedLength), publicKey);
 }
 
@@ -275,7 +282,9 @@ function canonicalInt(text: string): number | null {
 }
 
 /** Parses a syncId; the message key itself never contains ':'. */
-export function parseSyncId(syncId: string): { primaryMessageKey: string; revisionTimeMs: number; reencryptedAtMs: number } | null {
+export function parseSyncId(
+  syncId: string,
+): { primaryMessageKey: string; revisionTimeMs: number; reencryptedAtMs: number } | null {
   const m = /^([^:]+):(\d+):(\d+)$/.exec(syncId);
   if (!m) return null;
   const revisionTimeMs = canonicalInt(m[2]!);
@@ -383,7 +392,11 @@ export function encodeReceiptBody(b: ReceiptBody): Uint8Array {
 
 export function parseDeleteMessageBody(c: Pick<ContainerFields, 'messageType' | 'body'>): DeleteMessageBody {
   const v = bodyView(c, [5, 6]);
-  return { targetTimeMs: Number(v.getBigUint64(0)), targetNonce: v.getUint32(8), targetSender: v.getUint8(12) as 0 | 1 };
+  return {
+    targetTimeMs: Number(v.getBigUint64(0)),
+    targetNonce: v.getUint32(8),
+    targetSender: v.getUint8(12) as 0 | 1,
+  };
 }
 
 export function encodeDeleteMessageBody(b: DeleteMessageBody): Uint8Array {

@@ -43,7 +43,13 @@ export function descriptorSigningText(d: Omit<ServerDescriptor, 'signatureB64'>)
 }
 
 export function authSigningText(a: { server: string; challengeB64: string; login: string; deviceId: string }): string {
-  return ['SHiNE-AUTH-v1', `server=${a.server}`, `challenge=${a.challengeB64}`, `login=${a.login}`, `device=${a.deviceId}`].join('\n');
+  return [
+    'SHiNE-AUTH-v1',
+    `server=${a.server}`,
+    `challenge=${a.challengeB64}`,
+    `login=${a.login}`,
+    `device=${a.deviceId}`,
+  ].join('\n');
 }
 
 export function s2sSigningText(a: { from: string; to: string; timestampMs: number; nonceB64: string }): string {
@@ -54,7 +60,12 @@ export function signText(text: string, seed: Uint8Array): string {
   return toBase64(signEd25519(utf8(text), seed));
 }
 
-export function verifyText(text: string, signatureB64: string, publicKeyB64: string, verifier: SignatureVerifier = nobleVerifier): boolean {
+export function verifyText(
+  text: string,
+  signatureB64: string,
+  publicKeyB64: string,
+  verifier: SignatureVerifier = nobleVerifier,
+): boolean {
   const sig = fromBase64(signatureB64);
   const key = fromBase64(publicKeyB64);
   if (!sig || !key || sig.length !== 64 || key.length !== 32) return false;
@@ -81,11 +92,13 @@ export function profileShapeProblem(p: unknown): string | null {
     if (!raw || raw.length !== 32) return `${k} must be 32 bytes of base64`;
   }
   const servers = o.accessServers;
-  if (!Array.isArray(servers) || servers.length < 1 || servers.length > 2) return 'accessServers must list 1 or 2 servers';
+  if (!Array.isArray(servers) || servers.length < 1 || servers.length > 2)
+    return 'accessServers must list 1 or 2 servers';
   if (!servers.every(isValidLogin)) return 'bad server login in accessServers';
   if (servers.length === 2 && servers[0] === servers[1]) return 'accessServers repeats a server';
   if (!Number.isSafeInteger(o.version) || (o.version as number) < 1) return 'version must be a positive integer';
-  if (!Number.isSafeInteger(o.updatedAtMs) || (o.updatedAtMs as number) < 0) return 'updatedAtMs must be a non-negative integer';
+  if (!Number.isSafeInteger(o.updatedAtMs) || (o.updatedAtMs as number) < 0)
+    return 'updatedAtMs must be a non-negative integer';
   if (typeof o.signatureB64 !== 'string') return 'signatureB64 must be a string';
   return null;
 }

@@ -60,7 +60,10 @@ export const opSchemas = {
     nonceB64: z.string().min(1).max(128),
     signatureB64: z.string().max(128),
   }),
-  ReceiveIncomingMessage: z.object({ incomingBlobB64: z.string().optional(), sourceServerLogin: z.string().max(64).optional() }),
+  ReceiveIncomingMessage: z.object({
+    incomingBlobB64: z.string().optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
   ReceiveOutcomingMessage: pair.extend({ sourceServerLogin: z.string().max(64).optional() }),
   GetDmDeliveryStatus: z.object({
     messageKey: z.string().max(256).optional(),
@@ -69,7 +72,10 @@ export const opSchemas = {
   }),
   DmSyncBatch: syncBatch.extend({ afterMessageKey: z.string().max(256).optional() }),
   UserSettingsSyncBatch: syncBatch.extend({ afterKey: z.string().max(128).optional() }),
-  MarkAllUserSettingsUnsynced: z.object({ ownerLogin: z.string().max(64).optional(), sourceServerLogin: z.string().max(64).optional() }),
+  MarkAllUserSettingsUnsynced: z.object({
+    ownerLogin: z.string().max(64).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
 } as const;
 
 export type OpName = keyof typeof opSchemas;
@@ -120,7 +126,12 @@ export interface OpResults {
   SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
   GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
   ServerAuth: { serverLogin: string; targetServerLogin: string };
-  ReceiveIncomingMessage: { messageKey: string; baseKey: string; deliveredWsSessions: number; deliveredWebPushSessions: number };
+  ReceiveIncomingMessage: {
+    messageKey: string;
+    baseKey: string;
+    deliveredWsSessions: number;
+    deliveredWebPushSessions: number;
+  };
   ReceiveOutcomingMessage: PairAnswer;
   GetDmDeliveryStatus: DeliveryStatusItem | { items: DeliveryStatusItem[] };
   DmSyncBatch: {

@@ -99,12 +99,29 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       onPeerAlive: (server) => void delivery?.peerAlive(server),
     });
     stoppers.push(['peers', () => peers.close()]);
-    metrics.gauge('s2s_calls_open', 'Server-to-server calls not finished yet, by peer (waiting for a connection included)', () => peers.openCalls());
+    metrics.gauge(
+      's2s_calls_open',
+      'Server-to-server calls not finished yet, by peer (waiting for a connection included)',
+      () => peers.openCalls(),
+    );
     directory.attachPeers(peers);
-    delivery = new DeliveryEngine({ config, clock, store, hub, directory, peers, log, metrics }, { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize });
+    delivery = new DeliveryEngine(
+      { config, clock, store, hub, directory, peers, log, metrics },
+      { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
+    );
     const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
-    const replication = new ReplicationService({ config, clock, store, directory, dm, federation, peers, log, metrics });
+    const replication = new ReplicationService({
+      config,
+      clock,
+      store,
+      directory,
+      dm,
+      federation,
+      peers,
+      log,
+      metrics,
+    });
     const registry = new OpRegistry()
       .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dm.onLogin(session) }))
       .add(directoryOps(directory))
@@ -112,7 +129,20 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       .add(federationOps(federation))
       .add(replicationOps(replication));
     const adminRoutes = adminApi({ store, replication });
-    const ctx: AppContext = { config, clock, log, metrics, store, hub, verifier, serverKey, directory, dm, registry, adminRoutes };
+    const ctx: AppContext = {
+      config,
+      clock,
+      log,
+      metrics,
+      store,
+      hub,
+      verifier,
+      serverKey,
+      directory,
+      dm,
+      registry,
+      adminRoutes,
+    };
 
     await directory.start();
     dm.start();
@@ -130,7 +160,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
 
     const httpUrl = `http://${urlHost(config.host)}:${port}`;
     const wsUrl = `ws://${urlHost(config.host)}:${port}/ws`;
-    log.info('server started', { serverLogin: config.serverLogin, httpUrl, publicWsUrl: config.publicWsUrl, db: config.db.kind });
+    log.info('server started', {
+      serverLogin: config.serverLogin,
+      httpUrl,
+      publicWsUrl: config.publicWsUrl,
+      db: config.db.kind,
+    });
 
     let closing: Promise<void> | null = null;
     const close = () =>

@@ -22,7 +22,10 @@ interface KeyFile {
 
 /** Uses `seedB64` when given; otherwise reads `<dataDir>/server-key.json`, creating it (mode 0600) on first start. */
 export async function loadServerKey(opts: { dataDir: string; seedB64?: string | undefined }): Promise<ServerKey> {
-  const seed = opts.seedB64 !== undefined ? decodeSeed(opts.seedB64, 'serverKeySeedB64') : await loadOrCreateSeed(join(opts.dataDir, SERVER_KEY_FILE));
+  const seed =
+    opts.seedB64 !== undefined
+      ? decodeSeed(opts.seedB64, 'serverKeySeedB64')
+      : await loadOrCreateSeed(join(opts.dataDir, SERVER_KEY_FILE));
   return keyFromSeed(seed);
 }
 

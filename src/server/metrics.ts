@@ -49,7 +49,11 @@ export class Metrics {
     this.register(name, help, 'gauge', () => {
       const collected = collect?.();
       const entries =
-        collected === undefined ? [...values] : typeof collected === 'number' ? [['', collected] as const] : collected.map(([l, v]) => [labelText(l), v] as const);
+        collected === undefined
+          ? [...values]
+          : typeof collected === 'number'
+            ? [['', collected] as const]
+            : collected.map(([l, v]) => [labelText(l), v] as const);
       return entries.map(([l, v]) => `${this.prefix}${name}${l} ${v}`);
     });
     return { set: (value, labels) => void values.set(labelText(labels), value) };
@@ -94,6 +98,8 @@ export class Metrics {
 
 function labelText(labels: Labels | undefined): string {
   if (!labels) return '';
-  const parts = Object.entries(labels).map(([k, v]) => `${k}="${String(v).replace(/[\\"\n]/g, (c) => (c === '\n' ? '\\n' : '\\' + c))}"`);
+  const parts = Object.entries(labels).map(
+    ([k, v]) => `${k}="${String(v).replace(/[\\"\n]/g, (c) => (c === '\n' ? '\\n' : '\\' + c))}"`,
+  );
   return parts.length === 0 ? '' : `{${parts.join(',')}}`;
 }

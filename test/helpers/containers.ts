@@ -41,6 +41,9 @@ export function testPair(spec: PairSpec): { incoming: Container; outgoing: Conta
   const seed = seedOf(spec.from);
   return {
     incoming: encodeSigned({ ...fields, messageType: type as MessageType }, seed),
-    outgoing: encodeSigned({ ...fields, body: spec.outgoingBody ?? fields.body, messageType: (type + 1) as MessageType }, seed),
+    outgoing: encodeSigned(
+      { ...fields, body: spec.outgoingBody ?? fields.body, messageType: (type + 1) as MessageType },
+      seed,
+    ),
   };
 }

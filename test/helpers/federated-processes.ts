@@ -22,7 +22,10 @@ export const ADMIN_TOKEN = 'fault-test-admin-token';
  * Starts one process per spec, in parallel, each with SHINE_SERVER_LOGIN, SHINE_PEERS naming all the
  * others, SHINE_ADMIN_TOKEN, and `env` (shared) under the spec's own env.
  */
-export async function startFederatedProcesses(specs: FederatedSpec[], env: Record<string, string> = {}): Promise<ServerProcess[]> {
+export async function startFederatedProcesses(
+  specs: FederatedSpec[],
+  env: Record<string, string> = {},
+): Promise<ServerProcess[]> {
   const ports = await Promise.all(specs.map(() => freePort()));
   const started = await Promise.allSettled(
     specs.map((spec, i) =>
@@ -57,7 +60,12 @@ export function profileOf(identity: Identity, accessServers: string[]): UserProf
 }
 
 /** Connects to wsUrl, registers the identity with accessServers (idempotent) and logs in as deviceId. */
-export async function connectIdentity(wsUrl: string, identity: Identity, accessServers: string[], deviceId: string): Promise<ShineClient> {
+export async function connectIdentity(
+  wsUrl: string,
+  identity: Identity,
+  accessServers: string[],
+  deviceId: string,
+): Promise<ShineClient> {
   const client = await ShineClient.connect(wsUrl, { WebSocket: WebSocket as never });
   try {
     await client.register(profileOf(identity, accessServers));
@@ -74,7 +82,12 @@ export async function wholeHistory(client: ShineClient, peer: string): Promise<H
   const items: HistoryItem[] = [];
   let before = { timeMs: 0, messageKey: '' };
   for (;;) {
-    const page = await client.request('GetDirectMessages', { peerLogin: peer, beforeTimeMs: before.timeMs, beforeMessageKey: before.messageKey, limit: 200 });
+    const page = await client.request('GetDirectMessages', {
+      peerLogin: peer,
+      beforeTimeMs: before.timeMs,
+      beforeMessageKey: before.messageKey,
+      limit: 200,
+    });
     items.push(...page.items);
     if (!page.hasMore) return items;
     before = { timeMs: page.nextBeforeTimeMs, messageKey: page.nextBeforeMessageKey };

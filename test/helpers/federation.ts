@@ -55,7 +55,11 @@ export interface TestPair {
 }
 
 /** A text pair (types 1/2) signed by `from`; an edit keeps timeMs and nonce and sets revisionTimeMs. */
-export function textPair(from: TestUser, to: string, opts: { timeMs?: number; nonce?: number; revisionTimeMs?: number; body?: string } = {}): TestPair {
+export function textPair(
+  from: TestUser,
+  to: string,
+  opts: { timeMs?: number; nonce?: number; revisionTimeMs?: number; body?: string } = {},
+): TestPair {
   const timeMs = opts.timeMs ?? Date.now();
   const nonce = opts.nonce ?? randomBytes(4).readUInt32BE(0);
   const fields = {
@@ -84,7 +88,10 @@ export function textPair(from: TestUser, to: string, opts: { timeMs?: number; no
 
 /** SendMessagePair of a pair on a logged-in session; rejects on an error answer. */
 export function sendPair(client: RawClient, pair: TestPair): Promise<PairAnswer> {
-  return client.call<PairAnswer>('SendMessagePair', { incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64 });
+  return client.call<PairAnswer>('SendMessagePair', {
+    incomingBlobB64: pair.incomingBlobB64,
+    outgoingBlobB64: pair.outgoingBlobB64,
+  });
 }
 
 /** The session user's history with peer (newest first). */
@@ -94,7 +101,14 @@ export async function history(client: RawClient, peerLogin: string): Promise<His
 
 /** Resolves with the DmDeliveryStateChanged event for outgoingKey reaching `state` on this session. */
 export function deliveryEvent(client: RawClient, outgoingKey: string, state: DeliveryState, timeoutMs = 10_000) {
-  return client.waitFor((f) => f.event === true && f.op === 'DmDeliveryStateChanged' && (f.payload as { outgoingKey?: string; deliveryState?: string }).outgoingKey === outgoingKey && (f.payload as { deliveryState?: string }).deliveryState === state, timeoutMs);
+  return client.waitFor(
+    (f) =>
+      f.event === true &&
+      f.op === 'DmDeliveryStateChanged' &&
+      (f.payload as { outgoingKey?: string; deliveryState?: string }).outgoingKey === outgoingKey &&
+      (f.payload as { deliveryState?: string }).deliveryState === state,
+    timeoutMs,
+  );
 }
 
 /** Resolves with the DirectMessage event for messageKey (and, when given, that revision). */
@@ -108,7 +122,9 @@ export function directMessageEvent(client: RawClient, messageKey: string, revisi
 
 /** DirectMessage events received on this session for messageKey. */
 export function directMessagesFor(client: RawClient, messageKey: string): unknown[] {
-  return client.events.filter((e) => e.op === 'DirectMessage' && (e.payload as { messageKey?: string }).messageKey === messageKey);
+  return client.events.filter(
+    (e) => e.op === 'DirectMessage' && (e.payload as { messageKey?: string }).messageKey === messageKey,
+  );
 }
 
 // ---- what a server shows about itself ----
@@ -125,14 +141,21 @@ export function opCount(server: RunningServer, op: string, status = '200'): Prom
 
 /** GET /debug/delivery?state=… with the admin token. */
 export async function debugDelivery(server: RunningServer, state: DeliveryState): Promise<DeliveryRow[]> {
-  const res = await fetch(`${server.httpUrl}/debug/delivery?state=${state}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+  const res = await fetch(`${server.httpUrl}/debug/delivery?state=${state}`, {
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+  });
   if (!res.ok) throw new Error(`/debug/delivery answered ${res.status}`);
   return ((await res.json()) as { rows: DeliveryRow[] }).rows;
 }
 
 /** POST /admin/sync: one replication cycle (or the one running), answered when it is done. */
-export async function adminSync(server: RunningServer): Promise<{ peers: number; users: number; dmRows: number; errors: number }> {
-  const res = await fetch(`${server.httpUrl}/admin/sync`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+export async function adminSync(
+  server: RunningServer,
+): Promise<{ peers: number; users: number; dmRows: number; errors: number }> {
+  const res = await fetch(`${server.httpUrl}/admin/sync`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+  });
   if (!res.ok) throw new Error(`/admin/sync answered ${res.status}`);
   return (await res.json()) as { peers: number; users: number; dmRows: number; errors: number };
 }
@@ -143,12 +166,21 @@ export function deliveryRow(server: RunningServer, outgoingKey: string): Promise
 }
 
 /** Waits until the server's delivery row for outgoingKey satisfies pred; resolves with it. */
-export async function waitForRow(server: RunningServer, outgoingKey: string, pred: (row: DeliveryRow) => boolean, timeoutMs = 10_000): Promise<DeliveryRow> {
+export async function waitForRow(
+  server: RunningServer,
+  outgoingKey: string,
+  pred: (row: DeliveryRow) => boolean,
+  timeoutMs = 10_000,
+): Promise<DeliveryRow> {
   let row: DeliveryRow | null = null;
-  await waitUntil(async () => {
-    row = await deliveryRow(server, outgoingKey);
-    return row !== null && pred(row);
-  }, timeoutMs, `delivery row ${outgoingKey} on ${server.config.serverLogin} (last: ${JSON.stringify(row)})`);
+  await waitUntil(
+    async () => {
+      row = await deliveryRow(server, outgoingKey);
+      return row !== null && pred(row);
+    },
+    timeoutMs,
+    `delivery row ${outgoingKey} on ${server.config.serverLogin} (last: ${JSON.stringify(row)})`,
+  );
   return row!;
 }
 
@@ -224,9 +256,14 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
   wss.on('connection', (ws) => {
     ws.on('message', (data) => {
       const req = JSON.parse(String(data)) as { op: string; requestId: string; payload: Record<string, unknown> };
-      const reply = (payload: object) => ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload }));
+      const reply = (payload: object) =>
+        ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload }));
       if (req.op === 'ServerAuth') return reply({ serverLogin, targetServerLogin: req.payload.serverLogin });
-      const call: HeldCall = { op: req.op, payload: req.payload, answer: () => reply({ deliveredWsSessions: 0, deliveredWebPushSessions: 0 }) };
+      const call: HeldCall = {
+        op: req.op,
+        payload: req.payload,
+        answer: () => reply({ deliveredWsSessions: 0, deliveredWebPushSessions: 0 }),
+      };
       if (peer.autoAnswer) call.answer();
       else peer.held.push(call);
     });

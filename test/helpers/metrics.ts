@@ -22,5 +22,9 @@ export async function metricSum(httpUrl: string, name: string, labels: Record<st
  * included), so that no call made earlier can reach the peer when it comes back.
  */
 export async function callsToPeerEnded(httpUrl: string, peer: string, timeoutMs = 30_000): Promise<void> {
-  await waitUntil(async () => (await metricSum(httpUrl, 'shine_s2s_calls_open', { peer })) === 0, timeoutMs, `calls to ${peer} ended`);
+  await waitUntil(
+    async () => (await metricSum(httpUrl, 'shine_s2s_calls_open', { peer })) === 0,
+    timeoutMs,
+    `calls to ${peer} ended`,
+  );
 }

@@ -11,7 +11,11 @@ export type Frame = (Response | EventFrame) & Record<string, unknown>;
 
 export interface RawClient {
   /** Sends a request with a fresh requestId (or `opts.requestId`) and resolves with its answer. */
-  request<P = Record<string, unknown>>(op: string, payload?: unknown, opts?: { requestId?: string; timeoutMs?: number }): Promise<OkResponse<P> | ErrorResponse>;
+  request<P = Record<string, unknown>>(
+    op: string,
+    payload?: unknown,
+    opts?: { requestId?: string; timeoutMs?: number },
+  ): Promise<OkResponse<P> | ErrorResponse>;
   /** Like request, but rejects unless the answer is a success; resolves with its payload. */
   call<P = Record<string, unknown>>(op: string, payload?: unknown): Promise<P>;
   sendText(text: string): void;
@@ -75,7 +79,11 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
       };
       const timer = setTimeout(() => {
         waiters.delete(waiter);
-        reject(new Error(`waitFor: no matching frame within ${timeoutMs} ms; got ${frames.length} frames: ${JSON.stringify(frames.slice(-5)).slice(0, 2000)}`));
+        reject(
+          new Error(
+            `waitFor: no matching frame within ${timeoutMs} ms; got ${frames.length} frames: ${JSON.stringify(frames.slice(-5)).slice(0, 2000)}`,
+          ),
+        );
       }, timeoutMs);
       waiters.add(waiter);
     });

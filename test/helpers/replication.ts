@@ -112,15 +112,25 @@ export function pairOf(ref: Ref & { revisionTimeMs?: number }, what: PairKind = 
   switch (what.kind) {
     case 'text':
       type = 1;
-      body = what.bodyBytes ? new Uint8Array(randomBytes(what.bodyBytes)) : utf8(what.text ?? `text ${ref.from}→${ref.to} ${ref.timeMs}/${ref.nonce}`);
+      body = what.bodyBytes
+        ? new Uint8Array(randomBytes(what.bodyBytes))
+        : utf8(what.text ?? `text ${ref.from}→${ref.to} ${ref.timeMs}/${ref.nonce}`);
       break;
     case 'receipt':
       type = 3;
-      body = encodeReceiptBody({ readAtMs: what.readAtMs, targetTimeMs: what.target.timeMs, targetNonce: what.target.nonce });
+      body = encodeReceiptBody({
+        readAtMs: what.readAtMs,
+        targetTimeMs: what.target.timeMs,
+        targetNonce: what.target.nonce,
+      });
       break;
     case 'deleteMessage':
       type = 5;
-      body = encodeDeleteMessageBody({ targetTimeMs: what.target.timeMs, targetNonce: what.target.nonce, targetSender: what.target.from === ref.from ? 0 : 1 });
+      body = encodeDeleteMessageBody({
+        targetTimeMs: what.target.timeMs,
+        targetNonce: what.target.nonce,
+        targetSender: what.target.from === ref.from ? 0 : 1,
+      });
       break;
     case 'deleteConversation':
       type = 7;
@@ -161,7 +171,10 @@ export async function sendAll(
     while (next < pairs.length) {
       const i = next++;
       const { op = 'SendMessagePair', pair } = pairs[i]!;
-      answers[i] = await client.call<OpResults['SendMessagePair']>(op, { incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64 });
+      answers[i] = await client.call<OpResults['SendMessagePair']>(op, {
+        incomingBlobB64: pair.incomingBlobB64,
+        outgoingBlobB64: pair.outgoingBlobB64,
+      });
     }
   };
   await Promise.all(Array.from({ length: window }, lane));
@@ -171,11 +184,18 @@ export async function sendAll(
 // ---- server sessions ----
 
 /** Opens a socket to wsUrl and authenticates it as serverLogin (signed with seedFor(serverLogin)). */
-export async function connectAsServer(wsUrl: string, serverLogin: string, targetServerLogin: string): Promise<RawClient> {
+export async function connectAsServer(
+  wsUrl: string,
+  serverLogin: string,
+  targetServerLogin: string,
+): Promise<RawClient> {
   const client = await connectRaw(wsUrl);
   const timestampMs = Date.now();
   const nonceB64 = toBase64(new Uint8Array(randomBytes(16)));
-  const signatureB64 = signText(s2sSigningText({ from: serverLogin, to: targetServerLogin, timestampMs, nonceB64 }), seedFor(serverLogin));
+  const signatureB64 = signText(
+    s2sSigningText({ from: serverLogin, to: targetServerLogin, timestampMs, nonceB64 }),
+    seedFor(serverLogin),
+  );
   await client.call('ServerAuth', { serverLogin, targetServerLogin, timestampMs, nonceB64, signatureB64 });
   return client;
 }
@@ -183,24 +203,34 @@ export async function connectAsServer(wsUrl: string, serverLogin: string, target
 // ---- HTTP: admin API and metrics ----
 
 /** Calls an /admin or /debug route with the admin token; rejects unless it answers 200. */
-export async function adminCall<T>(httpUrl: string, method: 'GET' | 'POST', pathAndQuery: string, token = ADMIN_TOKEN): Promise<T> {
+export async function adminCall<T>(
+  httpUrl: string,
+  method: 'GET' | 'POST',
+  pathAndQuery: string,
+  token = ADMIN_TOKEN,
+): Promise<T> {
   const res = await fetch(`${httpUrl}${pathAndQuery}`, { method, headers: { authorization: `Bearer ${token}` } });
   const body = await res.text();
   if (res.status !== 200) throw new Error(`${method} ${pathAndQuery} answered ${res.status}: ${body}`);
   return JSON.parse(body) as T;
 }
 
-
 /** POST /admin/sync: one replication cycle of that server, answered when it is done. */
-export const syncNow = (httpUrl: string, token = ADMIN_TOKEN): Promise<SyncCycleSummary> => adminCall<SyncCycleSummary>(httpUrl, 'POST', '/admin/sync', token);
+export const syncNow = (httpUrl: string, token = ADMIN_TOKEN): Promise<SyncCycleSummary> =>
+  adminCall<SyncCycleSummary>(httpUrl, 'POST', '/admin/sync', token);
 
 /** Resolves once the server has finished `count` replication cycles (the start-up one included). */
 export async function cyclesDone(httpUrl: string, count = 1): Promise<void> {
-  const done = async () => (await metricValue(httpUrl, 'sync_cycles_total', 'result="ok"')) + (await metricValue(httpUrl, 'sync_cycles_total', 'result="errors"'));
+  const done = async () =>
+    (await metricValue(httpUrl, 'sync_cycles_total', 'result="ok"')) +
+    (await metricValue(httpUrl, 'sync_cycles_total', 'result="errors"'));
   await waitUntil(async () => (await done()) >= count, 10_000, `${count} sync cycle(s) of ${httpUrl}`);
 }
 
-export const outboxCounts = (httpUrl: string, owner: string): Promise<{ owner: string; synced: number; unsynced: number }> =>
+export const outboxCounts = (
+  httpUrl: string,
+  owner: string,
+): Promise<{ owner: string; synced: number; unsynced: number }> =>
   adminCall(httpUrl, 'GET', `/debug/outbox?owner=${encodeURIComponent(owner)}`);
 
 export interface DebugDeliveryRow {
@@ -211,17 +241,26 @@ export interface DebugDeliveryRow {
   revisionTimeMs: number;
 }
 
-export async function deliveryRows(httpUrl: string, state: 'accepted' | 'delivered' | 'failed'): Promise<DebugDeliveryRow[]> {
-  return (await adminCall<{ rows: DebugDeliveryRow[] }>(httpUrl, 'GET', `/debug/delivery?state=${state}&limit=1000`)).rows;
+export async function deliveryRows(
+  httpUrl: string,
+  state: 'accepted' | 'delivered' | 'failed',
+): Promise<DebugDeliveryRow[]> {
+  return (await adminCall<{ rows: DebugDeliveryRow[] }>(httpUrl, 'GET', `/debug/delivery?state=${state}&limit=1000`))
+    .rows;
 }
 
 /** The value of one series in /metrics (0 when absent). labels in the registry's order, e.g. `op="X",status="200"`. */
 export function metricValue(httpUrl: string, name: string, labels = ''): Promise<number> {
-  return metricSum(httpUrl, `shine_${name}`, Object.fromEntries([...labels.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!])));
+  return metricSum(
+    httpUrl,
+    `shine_${name}`,
+    Object.fromEntries([...labels.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!])),
+  );
 }
 
 /** Requests a server has answered with status 200 for one op. */
-export const answeredOk = (httpUrl: string, op: string): Promise<number> => metricValue(httpUrl, 'ops_total', `op="${op}",status="200"`);
+export const answeredOk = (httpUrl: string, op: string): Promise<number> =>
+  metricValue(httpUrl, 'ops_total', `op="${op}",status="200"`);
 
 // ---- what a server holds ----
 
@@ -232,7 +271,11 @@ export async function fullHistory(client: RawClient, peerLogin: string): Promise
   const items: HistoryItem[] = [];
   let cursor = { beforeTimeMs: 0, beforeMessageKey: '' };
   for (;;) {
-    const page = await client.call<OpResults['GetDirectMessages']>('GetDirectMessages', { peerLogin, ...cursor, limit: 200 });
+    const page = await client.call<OpResults['GetDirectMessages']>('GetDirectMessages', {
+      peerLogin,
+      ...cursor,
+      limit: 200,
+    });
     items.push(...page.items);
     if (!page.hasMore) return items;
     cursor = { beforeTimeMs: page.nextBeforeTimeMs, beforeMessageKey: page.nextBeforeMessageKey };
@@ -262,15 +305,23 @@ const TOMBSTONES_SQL = `SELECT kind, target, delete_before_ms AS deleteBeforeMs 
 const SETTINGS_SQL = `SELECT key, value, updated_at_ms AS updatedAtMs FROM user_settings WHERE owner_login = ? ORDER BY key`;
 
 function snapshotOf(db: Database.Database, owner: string): DmSnapshot {
-  const copies = (db.prepare(COPIES_SQL).all(owner) as { key: string; type: number; rev: string; readAtMs: number | null; blob: Buffer }[]).map(
-    ({ blob, ...rest }) => ({ ...rest, blobB64: blob.toString('base64') }),
-  );
+  const copies = (
+    db.prepare(COPIES_SQL).all(owner) as {
+      key: string;
+      type: number;
+      rev: string;
+      readAtMs: number | null;
+      blob: Buffer;
+    }[]
+  ).map(({ blob, ...rest }) => ({ ...rest, blobB64: blob.toString('base64') }));
   const tombstones = db.prepare(TOMBSTONES_SQL).all(owner) as DmSnapshot['tombstones'];
-  const settings = (db.prepare(SETTINGS_SQL).all(owner) as { key: string; value: Buffer; updatedAtMs: number }[]).map((s) => ({
-    key: s.key,
-    valueB64: s.value.toString('base64'),
-    updatedAtMs: s.updatedAtMs,
-  }));
+  const settings = (db.prepare(SETTINGS_SQL).all(owner) as { key: string; value: Buffer; updatedAtMs: number }[]).map(
+    (s) => ({
+      key: s.key,
+      valueB64: s.value.toString('base64'),
+      updatedAtMs: s.updatedAtMs,
+    }),
+  );
   return { copies, tombstones, settings };
 }
 
@@ -285,7 +336,9 @@ export function dmSnapshot(server: RunningServer, owner: string): DmSnapshot {
 export function dmSnapshotFromFile(path: string, owner: string): DmSnapshot & { storedAtMs: Map<string, number> } {
   const db = new Database(path);
   try {
-    const stored = db.prepare('SELECT message_key AS key, stored_at_ms AS at FROM signed_messages WHERE owner_login = ?').all(owner) as { key: string; at: number }[];
+    const stored = db
+      .prepare('SELECT message_key AS key, stored_at_ms AS at FROM signed_messages WHERE owner_login = ?')
+      .all(owner) as { key: string; at: number }[];
     return { ...snapshotOf(db, owner), storedAtMs: new Map(stored.map((r) => [r.key, r.at])) };
   } finally {
     db.close();

@@ -18,7 +18,11 @@ export interface TestUser {
 }
 
 /** A user with a fresh key (or `seed`) and a signed version-1 profile naming accessServers. */
-export function makeUser(login: string, accessServers: string[], seed: Uint8Array = new Uint8Array(randomBytes(32))): TestUser {
+export function makeUser(
+  login: string,
+  accessServers: string[],
+  seed: Uint8Array = new Uint8Array(randomBytes(32)),
+): TestUser {
   const signKeyB64 = toBase64(ed25519PublicKey(seed));
   const user: TestUser = { login, seed, signKeyB64, profile: undefined as unknown as UserProfile };
   user.profile = profileFor(user, { accessServers, version: 1 });
@@ -29,7 +33,14 @@ export function makeUser(login: string, accessServers: string[], seed: Uint8Arra
 export function profileFor(user: TestUser, changes: Partial<UnsignedProfile> = {}): UserProfile {
   const base: UnsignedProfile = user.profile
     ? { ...user.profile }
-    : { login: user.login, signKeyB64: user.signKeyB64, encKeyB64: toBase64(new Uint8Array(32).fill(7)), accessServers: [], version: 1, updatedAtMs: 1_774_700_000_000 };
+    : {
+        login: user.login,
+        signKeyB64: user.signKeyB64,
+        encKeyB64: toBase64(new Uint8Array(32).fill(7)),
+        accessServers: [],
+        version: 1,
+        updatedAtMs: 1_774_700_000_000,
+      };
   const { signatureB64: _drop, ...unsigned } = { ...base, ...changes, signatureB64: '' };
   return signProfile(unsigned, user.seed);
 }
@@ -38,7 +49,12 @@ export function profileFor(user: TestUser, changes: Partial<UnsignedProfile> = {
 export async function login(client: RawClient, user: TestUser, deviceId = 'device-1') {
   const challenge = await client.call<OpResults['AuthChallenge']>('AuthChallenge');
   const signatureB64 = signText(
-    authSigningText({ server: challenge.serverLogin, challengeB64: challenge.challengeB64, login: user.login, deviceId }),
+    authSigningText({
+      server: challenge.serverLogin,
+      challengeB64: challenge.challengeB64,
+      login: user.login,
+      deviceId,
+    }),
     user.seed,
   );
   return client.request<OpResults['AuthLogin']>('AuthLogin', { login: user.login, deviceId, signatureB64 });

@@ -34,7 +34,14 @@ async function storedProfile(c: RawClient, loginName: string): Promise<UserProfi
 }
 
 /** AuthLogin with an explicit signature over the socket's latest challenge (or none). */
-async function loginWith(c: RawClient, loginName: string, challengeB64: string, seed: Uint8Array, deviceId = 'device-1', server = 'alpha') {
+async function loginWith(
+  c: RawClient,
+  loginName: string,
+  challengeB64: string,
+  seed: Uint8Array,
+  deviceId = 'device-1',
+  server = 'alpha',
+) {
   const signatureB64 = signText(authSigningText({ server, challengeB64, login: loginName, deviceId }), seed);
   return c.request<OpResults['AuthLogin']>('AuthLogin', { login: loginName, deviceId, signatureB64 });
 }
@@ -101,7 +108,11 @@ describe('directory: RegisterUser and GetUserProfile', () => {
     const tampered = { ...user.profile, encKeyB64: toBase64(new Uint8Array(32).fill(9)) };
     assertError(await c.request('RegisterUser', { profile: tampered }), 400, 'BAD_SIGNATURE');
     const otherKey = makeUser('forged', ['alpha']);
-    assertError(await c.request('RegisterUser', { profile: { ...otherKey.profile, signKeyB64: user.signKeyB64 } }), 400, 'BAD_SIGNATURE');
+    assertError(
+      await c.request('RegisterUser', { profile: { ...otherKey.profile, signKeyB64: user.signKeyB64 } }),
+      400,
+      'BAD_SIGNATURE',
+    );
     assert.equal(await storedProfile(c, 'forged'), null);
     await assertSessionWorks(bystander);
   });
@@ -118,7 +129,11 @@ describe('directory: RegisterUser and GetUserProfile', () => {
     await c.call('RegisterUser', { profile: owner.profile });
     const squatter = makeUser('taken', ['alpha']);
     assertError(await c.request('RegisterUser', { profile: squatter.profile }), 409, 'PROFILE_CONFLICT');
-    assertError(await c.request('RegisterUser', { profile: profileFor(squatter, { version: 9 }) }), 409, 'PROFILE_CONFLICT');
+    assertError(
+      await c.request('RegisterUser', { profile: profileFor(squatter, { version: 9 }) }),
+      409,
+      'PROFILE_CONFLICT',
+    );
     assert.deepEqual(await storedProfile(c, 'taken'), owner.profile);
     await using s = await connectUser(server.wsUrl, owner);
     await assertSessionWorks(s);
@@ -130,7 +145,11 @@ describe('directory: RegisterUser and GetUserProfile', () => {
     const v1 = user.profile;
     const v2 = profileFor(user, { version: 2 });
     await c.call('RegisterUser', { profile: v2 });
-    assertError(await c.request('RegisterUser', { profile: profileFor(user, { version: 2, updatedAtMs: 1_774_700_999_000 }) }), 409, 'PROFILE_CONFLICT');
+    assertError(
+      await c.request('RegisterUser', { profile: profileFor(user, { version: 2, updatedAtMs: 1_774_700_999_000 }) }),
+      409,
+      'PROFILE_CONFLICT',
+    );
     assertError(await c.request('RegisterUser', { profile: v1 }), 409, 'PROFILE_CONFLICT');
     assert.deepEqual(await storedProfile(c, 'versioned'), v2);
     await assertSessionWorks(bystander);
@@ -139,7 +158,10 @@ describe('directory: RegisterUser and GetUserProfile', () => {
   it('serialises concurrent registrations of one login: one key wins, the other conflicts', async () => {
     const a = makeUser('racer', ['alpha']);
     const b = makeUser('racer', ['alpha']);
-    const answers = await Promise.all([c.request('RegisterUser', { profile: a.profile }), c.request('RegisterUser', { profile: b.profile })]);
+    const answers = await Promise.all([
+      c.request('RegisterUser', { profile: a.profile }),
+      c.request('RegisterUser', { profile: b.profile }),
+    ]);
     assert.deepEqual(answers.map((x) => x.status).sort(), [200, 409]);
     const winner = answers[0]!.ok ? a : b;
     assert.deepEqual(await storedProfile(c, 'racer'), winner.profile);
@@ -163,7 +185,10 @@ describe('directory: AuthChallenge and AuthLogin', () => {
   const dave = makeUser('dave', ['alpha']);
   const carol = makeUser('carol', ['beta']);
   const betaSeed = new Uint8Array(randomBytes(32));
-  const betaDescriptor = signDescriptor({ serverLogin: 'beta', wsUrl: 'ws://beta.invalid:9/ws', signKeyB64: toBase64(ed25519PublicKey(betaSeed)) }, betaSeed);
+  const betaDescriptor = signDescriptor(
+    { serverLogin: 'beta', wsUrl: 'ws://beta.invalid:9/ws', signKeyB64: toBase64(ed25519PublicKey(betaSeed)) },
+    betaSeed,
+  );
 
   before(async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'shine-dir-'));
@@ -197,7 +222,10 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     assert.equal(answer.payload.login, 'logger');
     assert.equal(answer.payload.deviceId, 'laptop_1');
     assert.equal(typeof answer.payload.sessionId, 'string');
-    assert.deepEqual(server.ctx.hub.sessionsOf('logger').map((s) => s.id), [answer.payload.sessionId]);
+    assert.deepEqual(
+      server.ctx.hub.sessionsOf('logger').map((s) => s.id),
+      [answer.payload.sessionId],
+    );
     assertError(await login(c, user), 403, 'FORBIDDEN');
     await assertSessionWorks(c);
   });
@@ -215,7 +243,15 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     // A login that could not be anybody's is unknown too (SPEC §5.1), not a schema error.
     for (const badLogin of ['', 'x'.repeat(65), 'Not A Login']) {
       await c.call('AuthChallenge', {});
-      assertError(await c.request('AuthLogin', { login: badLogin, deviceId: 'device-1', signatureB64: toBase64(new Uint8Array(64)) }), 401, 'AUTH_FAILED');
+      assertError(
+        await c.request('AuthLogin', {
+          login: badLogin,
+          deviceId: 'device-1',
+          signatureB64: toBase64(new Uint8Array(64)),
+        }),
+        401,
+        'AUTH_FAILED',
+      );
     }
     assertError(await c.request('GetConversations', {}), 401, 'NOT_AUTHENTICATED');
     assert.equal(server.ctx.hub.sessionsOf('ghost').length, 0);
@@ -229,9 +265,20 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     const impostor = makeUser('signer', ['alpha']);
     assertError(await loginWith(c, 'signer', (await challengeOf(c)).challengeB64, impostor.seed), 401, 'AUTH_FAILED');
     const ch = await challengeOf(c);
-    const forOtherDevice = signText(authSigningText({ server: 'alpha', challengeB64: ch.challengeB64, login: 'signer', deviceId: 'other' }), user.seed);
-    assertError(await c.request('AuthLogin', { login: 'signer', deviceId: 'device-1', signatureB64: forOtherDevice }), 401, 'AUTH_FAILED');
-    assertError(await loginWith(c, 'signer', (await challengeOf(c)).challengeB64, user.seed, 'device-1', 'beta'), 401, 'AUTH_FAILED');
+    const forOtherDevice = signText(
+      authSigningText({ server: 'alpha', challengeB64: ch.challengeB64, login: 'signer', deviceId: 'other' }),
+      user.seed,
+    );
+    assertError(
+      await c.request('AuthLogin', { login: 'signer', deviceId: 'device-1', signatureB64: forOtherDevice }),
+      401,
+      'AUTH_FAILED',
+    );
+    assertError(
+      await loginWith(c, 'signer', (await challengeOf(c)).challengeB64, user.seed, 'device-1', 'beta'),
+      401,
+      'AUTH_FAILED',
+    );
     assertError(await c.request('GetConversations', {}), 401, 'NOT_AUTHENTICATED');
     assert.equal((await login(c, user)).status, 200);
     await assertSessionWorks(bystander);
@@ -244,7 +291,11 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     assertError(await loginWith(c, 'reuser', toBase64(new Uint8Array(32)), user.seed), 401, 'AUTH_FAILED');
     // A failed attempt uses the challenge up: the right signature over it no longer works.
     const ch = await challengeOf(c);
-    assertError(await loginWith(c, 'reuser', ch.challengeB64, user.seed, 'wrong-device-signed', 'beta'), 401, 'AUTH_FAILED');
+    assertError(
+      await loginWith(c, 'reuser', ch.challengeB64, user.seed, 'wrong-device-signed', 'beta'),
+      401,
+      'AUTH_FAILED',
+    );
     assertError(await loginWith(c, 'reuser', ch.challengeB64, user.seed), 401, 'AUTH_FAILED');
     // Only the latest challenge of a socket counts, and only on that socket.
     const older = await challengeOf(c);
@@ -296,7 +347,13 @@ describe('directory: static file validation', () => {
     const directoryFile = join(dir, 'directory.json');
     await writeFile(directoryFile, JSON.stringify({ servers, users }));
     try {
-      const server = await startServer({ serverLogin: 'alpha', port: 0, dataDir: dir, directoryFile, logLevel: 'silent' });
+      const server = await startServer({
+        serverLogin: 'alpha',
+        port: 0,
+        dataDir: dir,
+        directoryFile,
+        logLevel: 'silent',
+      });
       await server.close();
     } finally {
       await rm(dir, { recursive: true, force: true });
@@ -310,7 +367,10 @@ describe('directory: static file validation', () => {
 
   it('refuses to start on a malformed profile or descriptor', async () => {
     await assert.rejects(startWith([{ login: 'eve' }]), /users\[0\]/);
-    await assert.rejects(startWith([], [{ serverLogin: 'beta', wsUrl: 'http://x', signKeyB64: '', signatureB64: '' }]), /servers\[0\]/);
+    await assert.rejects(
+      startWith([], [{ serverLogin: 'beta', wsUrl: 'http://x', signKeyB64: '', signatureB64: '' }]),
+      /servers\[0\]/,
+    );
   });
 
   it('starts on a well-formed file', async () => {

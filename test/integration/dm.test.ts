@@ -7,7 +7,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
 import type { BuiltPair, Identity, MessageRef, PairSender } from '../../src/client/index.js';
-import { ShineClient, createIdentity, deleteConversationPair, deleteMessagePair, makeProfile, textPair } from '../../src/client/index.js';
+import {
+  ShineClient,
+  createIdentity,
+  deleteConversationPair,
+  deleteMessagePair,
+  makeProfile,
+  textPair,
+} from '../../src/client/index.js';
 import { concatBytes, toBase64, utf8 } from '../../src/protocol/bytes.js';
 import type { Container } from '../../src/protocol/container.js';
 import {
@@ -40,7 +47,10 @@ const SKEW_MS = 300_000;
 
 type Pair = { incoming: Container; outgoing: Container };
 
-const blobs = (p: Pair) => ({ incomingBlobB64: toBase64(p.incoming.bytes), outgoingBlobB64: toBase64(p.outgoing.bytes) });
+const blobs = (p: Pair) => ({
+  incomingBlobB64: toBase64(p.incoming.bytes),
+  outgoingBlobB64: toBase64(p.outgoing.bytes),
+});
 
 /** A user of server alpha whose key is the containers helper's, so testPair signs as them. */
 const pairUser = (name: string): TestUser => makeUser(name, ['alpha'], seedOf(name));
@@ -132,14 +142,18 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
     assert.deepEqual(directMessages(aliceOther, seenOther), [], `${code}: alice's other session got an event`);
     assert.deepEqual(await dmState(), state, `${code}: the dialog changed`);
     for (const p of opts.pairs ?? []) {
-      for (const c of [p.incoming, p.outgoing]) assert.equal(await server.ctx.store.getCopy(messageKeyOf(c)), null, `${messageKeyOf(c)} was stored`);
+      for (const c of [p.incoming, p.outgoing])
+        assert.equal(await server.ctx.store.getCopy(messageKeyOf(c)), null, `${messageKeyOf(c)} was stored`);
     }
     if (from === alice) await assertSessionWorks(alice);
   }
 
   before(async () => {
     // The manual clock never refills the per-connection token bucket; these tests send many requests.
-    net = await startNetwork({ clock, servers: [{ serverLogin: 'alpha', rateLimit: { perSecond: 1, burst: 100_000 } }] });
+    net = await startNetwork({
+      clock,
+      servers: [{ serverLogin: 'alpha', rateLimit: { perSecond: 1, burst: 100_000 } }],
+    });
     server = net.servers[0]!;
     const url = server.wsUrl;
     bystander = await connectUser(url, makeUser('bystander', ['alpha']));
@@ -196,17 +210,35 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
       await expectRejected(op, { incomingBlobB64: oversize, outgoingBlobB64 }, 413, 'TOO_LARGE', { pairs: [p] });
       await expectRejected(op, { incomingBlobB64, outgoingBlobB64: oversize }, 413, 'TOO_LARGE', { pairs: [p] });
       // A valid container padded past the limit is too large, not merely trailing bytes.
-      const padded = toBase64(concatBytes([p.incoming.bytes, new Uint8Array(MAX_CONTAINER + 1 - p.incoming.bytes.length)]));
+      const padded = toBase64(
+        concatBytes([p.incoming.bytes, new Uint8Array(MAX_CONTAINER + 1 - p.incoming.bytes.length)]),
+      );
       await expectRejected(op, { incomingBlobB64: padded, outgoingBlobB64 }, 413, 'TOO_LARGE', { pairs: [p] });
     }
     const p = validPair('SendMessagePair');
     // Size before base64: a long run of non-base64 characters, or a bad incoming beside a big outgoing.
-    await expectRejected('SendMessagePair', { incomingBlobB64: '!'.repeat(90_000), outgoingBlobB64: blobs(p).outgoingBlobB64 }, 413, 'TOO_LARGE');
+    await expectRejected(
+      'SendMessagePair',
+      { incomingBlobB64: '!'.repeat(90_000), outgoingBlobB64: blobs(p).outgoingBlobB64 },
+      413,
+      'TOO_LARGE',
+    );
     await expectRejected('SendMessagePair', { incomingBlobB64: '%%%%', outgoingBlobB64: oversize }, 413, 'TOO_LARGE');
     // The limit is exact: 65 792 bytes pass the size check (these zeros then fail to decode)…
-    await expectRejected('SendMessagePair', { incomingBlobB64: toBase64(new Uint8Array(MAX_CONTAINER)), outgoingBlobB64: blobs(p).outgoingBlobB64 }, 400, 'BAD_BLOB');
+    await expectRejected(
+      'SendMessagePair',
+      { incomingBlobB64: toBase64(new Uint8Array(MAX_CONTAINER)), outgoingBlobB64: blobs(p).outgoingBlobB64 },
+      400,
+      'BAD_BLOB',
+    );
     // …and the largest body is accepted.
-    const biggest = testPair({ from: 'alice', to: 'carol', timeMs: T, nonce: nonce++, body: new Uint8Array(MAX_BODY).fill(7) });
+    const biggest = testPair({
+      from: 'alice',
+      to: 'carol',
+      timeMs: T,
+      nonce: nonce++,
+      body: new Uint8Array(MAX_BODY).fill(7),
+    });
     assert.equal((await alice.request('SendMessagePair', blobs(biggest))).status, 200);
   });
 
@@ -238,7 +270,13 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
         await expectRejected(op, { incomingBlobB64: bad, outgoingBlobB64 }, 400, 'BAD_BLOB', { pairs: [p] });
       }
       await expectRejected(op, { incomingBlobB64, outgoingBlobB64: 'not base64!' }, 400, 'BAD_BLOB', { pairs: [p] });
-      await expectRejected(op, { incomingBlobB64, outgoingBlobB64: mutated(p.outgoing, (b) => b.subarray(0, 40)) }, 400, 'BAD_BLOB', { pairs: [p] });
+      await expectRejected(
+        op,
+        { incomingBlobB64, outgoingBlobB64: mutated(p.outgoing, (b) => b.subarray(0, 40)) },
+        400,
+        'BAD_BLOB',
+        { pairs: [p] },
+      );
     }
     // Bodies the type does not allow: a 12-byte delete, an empty text (signature left as it was).
     const withBody = (c: Container, body: Uint8Array) => {
@@ -248,9 +286,21 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
       return toBase64(concatBytes([c.bytes.subarray(0, start - 4), length, body, c.bytes.subarray(c.signedLength)]));
     };
     const del = validPair('DeleteMessage');
-    await expectRejected('DeleteMessage', { ...blobs(del), incomingBlobB64: withBody(del.incoming, del.incoming.body.subarray(0, 12)) }, 400, 'BAD_BLOB', { pairs: [del] });
+    await expectRejected(
+      'DeleteMessage',
+      { ...blobs(del), incomingBlobB64: withBody(del.incoming, del.incoming.body.subarray(0, 12)) },
+      400,
+      'BAD_BLOB',
+      { pairs: [del] },
+    );
     const text = validPair('SendMessagePair');
-    await expectRejected('SendMessagePair', { ...blobs(text), outgoingBlobB64: withBody(text.outgoing, new Uint8Array(0)) }, 400, 'BAD_BLOB', { pairs: [text] });
+    await expectRejected(
+      'SendMessagePair',
+      { ...blobs(text), outgoingBlobB64: withBody(text.outgoing, new Uint8Array(0)) },
+      400,
+      'BAD_BLOB',
+      { pairs: [text] },
+    );
     // The rewrite with the body a copy has is that copy: only the body makes the difference above.
     assert.equal(withBody(del.incoming, del.incoming.body), blobs(del).incomingBlobB64);
   });
@@ -260,7 +310,15 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
     const b = validPair('SendMessagePair');
     const edit = testPair({ from: 'alice', to: 'bob', timeMs: T, nonce: 1, revisionTimeMs: T + 5 });
     const receipt = (readAtMs: number) => encodeReceiptBody({ readAtMs, targetTimeMs: T, targetNonce: 1 });
-    const receiptBodies = testPair({ type: 3, from: 'bob', to: 'alice', timeMs: T + 20, nonce: nonce++, body: receipt(T + 1), outgoingBody: receipt(T + 2) });
+    const receiptBodies = testPair({
+      type: 3,
+      from: 'bob',
+      to: 'alice',
+      timeMs: T + 20,
+      nonce: nonce++,
+      body: receipt(T + 1),
+      outgoingBody: receipt(T + 2),
+    });
     const inconsistent: [string, Pair][] = [
       ['copies swapped', { incoming: a.outgoing, outgoing: a.incoming }],
       ['two incoming copies', { incoming: a.incoming, outgoing: a.incoming }],
@@ -271,23 +329,44 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
     ];
     for (const [what, p] of inconsistent) {
       // The two-revision pair shares the stored baseline's keys.
-      await expectRejected('SendMessagePair', blobs(p), 400, 'BAD_PAIR', { pairs: what === 'copies of two revisions' ? [] : [p] });
+      await expectRejected('SendMessagePair', blobs(p), 400, 'BAD_PAIR', {
+        pairs: what === 'copies of two revisions' ? [] : [p],
+      });
     }
     const deletes = [
       testPair({ type: 5, from: 'alice', to: 'bob', timeMs: T + 10, nonce: 77, body: deleteBody(T, 1) }),
       testPair({ type: 5, from: 'alice', to: 'bob', timeMs: T + 10, nonce: 77, body: deleteBody(T, 2) }),
     ] as const;
-    await expectRejected('DeleteMessage', { ...blobs(deletes[0]), outgoingBlobB64: blobs(deletes[1]).outgoingBlobB64 }, 400, 'BAD_PAIR', { pairs: [...deletes] });
+    await expectRejected(
+      'DeleteMessage',
+      { ...blobs(deletes[0]), outgoingBlobB64: blobs(deletes[1]).outgoingBlobB64 },
+      400,
+      'BAD_PAIR',
+      { pairs: [...deletes] },
+    );
     const clears = [
       testPair({ type: 7, from: 'alice', to: 'bob', timeMs: T + 10, nonce: 78, body: clearBody(T) }),
       testPair({ type: 7, from: 'alice', to: 'bob', timeMs: T + 10, nonce: 78, body: clearBody(T + 1) }),
     ] as const;
-    await expectRejected('DeleteConversation', { ...blobs(clears[0]), outgoingBlobB64: blobs(clears[1]).outgoingBlobB64 }, 400, 'BAD_PAIR', { pairs: [...clears] });
+    await expectRejected(
+      'DeleteConversation',
+      { ...blobs(clears[0]), outgoingBlobB64: blobs(clears[1]).outgoingBlobB64 },
+      400,
+      'BAD_PAIR',
+      { pairs: [...clears] },
+    );
 
     // Consistent pairs of the types another op takes.
     const ofType = {
       1: validPair('SendMessagePair'),
-      3: testPair({ type: 3, from: 'alice', to: 'bob', timeMs: T + 10, nonce: nonce++, body: encodeReceiptBody({ readAtMs: T, targetTimeMs: T, targetNonce: 1 }) }),
+      3: testPair({
+        type: 3,
+        from: 'alice',
+        to: 'bob',
+        timeMs: T + 10,
+        nonce: nonce++,
+        body: encodeReceiptBody({ readAtMs: T, targetTimeMs: T, targetNonce: 1 }),
+      }),
       5: validPair('DeleteMessage'),
       7: validPair('DeleteConversation'),
     };
@@ -301,10 +380,20 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
       ['DeleteConversation', 3],
       ['DeleteConversation', 5],
     ];
-    for (const [op, type] of wrong) await expectRejected(op, blobs(ofType[type]), 400, 'BAD_PAIR', { pairs: [ofType[type]] });
+    for (const [op, type] of wrong)
+      await expectRejected(op, blobs(ofType[type]), 400, 'BAD_PAIR', { pairs: [ofType[type]] });
     // Another sender's pair is still BAD_PAIR when it is also inconsistent or of the wrong type.
-    const bobs = [validPair('SendMessagePair', { from: 'bob', to: 'alice' }), validPair('SendMessagePair', { from: 'bob', to: 'alice' })] as const;
-    await expectRejected('SendMessagePair', { ...blobs(bobs[0]), outgoingBlobB64: blobs(bobs[1]).outgoingBlobB64 }, 400, 'BAD_PAIR', { pairs: [...bobs] });
+    const bobs = [
+      validPair('SendMessagePair', { from: 'bob', to: 'alice' }),
+      validPair('SendMessagePair', { from: 'bob', to: 'alice' }),
+    ] as const;
+    await expectRejected(
+      'SendMessagePair',
+      { ...blobs(bobs[0]), outgoingBlobB64: blobs(bobs[1]).outgoingBlobB64 },
+      400,
+      'BAD_PAIR',
+      { pairs: [...bobs] },
+    );
     const bobsDelete = validPair('DeleteMessage', { from: 'bob', to: 'alice' });
     await expectRejected('SendMessagePair', blobs(bobsDelete), 400, 'BAD_PAIR', { pairs: [bobsDelete] });
   });
@@ -342,14 +431,20 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
       await expectRejected(op, blobs(otherKey[op]), 400, 'BAD_SIGNATURE', { pairs: [otherKey[op]] });
       const p = validPair(op);
       // One good copy does not carry the other.
-      await expectRejected(op, { ...blobs(p), outgoingBlobB64: flipLast(p.outgoing) }, 400, 'BAD_SIGNATURE', { pairs: [p] });
-      await expectRejected(op, { ...blobs(p), incomingBlobB64: flipLast(p.incoming) }, 400, 'BAD_SIGNATURE', { pairs: [p] });
+      await expectRejected(op, { ...blobs(p), outgoingBlobB64: flipLast(p.outgoing) }, 400, 'BAD_SIGNATURE', {
+        pairs: [p],
+      });
+      await expectRejected(op, { ...blobs(p), incomingBlobB64: flipLast(p.incoming) }, 400, 'BAD_SIGNATURE', {
+        pairs: [p],
+      });
     }
     // A text body changed after signing (the pair stays consistent: text bodies may differ).
     const p = validPair('SendMessagePair');
     const changed = p.incoming.bytes.slice();
     changed[p.incoming.signedLength - 1]! ^= 1;
-    await expectRejected('SendMessagePair', { ...blobs(p), incomingBlobB64: toBase64(changed) }, 400, 'BAD_SIGNATURE', { pairs: [p] });
+    await expectRejected('SendMessagePair', { ...blobs(p), incomingBlobB64: toBase64(changed) }, 400, 'BAD_SIGNATURE', {
+      pairs: [p],
+    });
     // Bad signature and a future time, or an unknown recipient: the signature is checked first.
     const future = textPair(asAlice, recipient, 'later', { timeMs: clock.now() + SKEW_MS + 1 });
     await expectRejected('SendMessagePair', blobs(future), 400, 'BAD_SIGNATURE', { pairs: [future] });
@@ -364,16 +459,34 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
       await expectRejected(op, blobs(p), 400, 'BAD_TIME', { pairs: [p] });
     }
     // A future revision of the baseline would outrank every later edit.
-    const futureEdit = testPair({ from: 'alice', to: 'bob', timeMs: T, nonce: 1, revisionTimeMs: tooLate(), body: utf8('edit') });
+    const futureEdit = testPair({
+      from: 'alice',
+      to: 'bob',
+      timeMs: T,
+      nonce: 1,
+      revisionTimeMs: tooLate(),
+      body: utf8('edit'),
+    });
     await expectRejected('SendMessagePair', blobs(futureEdit), 400, 'BAD_TIME');
-    const futureReencryption = testPair({ from: 'alice', to: 'bob', timeMs: T, nonce: 1, reencryptedAtMs: tooLate(), body: utf8('re') });
+    const futureReencryption = testPair({
+      from: 'alice',
+      to: 'bob',
+      timeMs: T,
+      nonce: 1,
+      reencryptedAtMs: tooLate(),
+      body: utf8('re'),
+    });
     await expectRejected('SendMessagePair', blobs(futureReencryption), 400, 'BAD_TIME');
     const futureDelete = validPair('DeleteMessage', { revisionTimeMs: tooLate() });
     await expectRejected('DeleteMessage', blobs(futureDelete), 400, 'BAD_TIME', { pairs: [futureDelete] });
     const toNobody = validPair('SendMessagePair', { to: 'nobody', timeMs: tooLate() });
     await expectRejected('SendMessagePair', blobs(toNobody), 400, 'BAD_TIME', { pairs: [toNobody] });
     // The bound is exact: 5 minutes ahead is accepted.
-    const edge = validPair('SendMessagePair', { to: 'carol', timeMs: clock.now() + SKEW_MS, revisionTimeMs: clock.now() + SKEW_MS });
+    const edge = validPair('SendMessagePair', {
+      to: 'carol',
+      timeMs: clock.now() + SKEW_MS,
+      revisionTimeMs: clock.now() + SKEW_MS,
+    });
     assert.equal((await alice.request('SendMessagePair', blobs(edge))).status, 200);
   });
 
@@ -404,13 +517,20 @@ describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
     }
     // Both limits are exact.
     const largest = toBase64(new Uint8Array(65_536).fill(1));
-    assert.deepEqual(await alice.call('SetUserSetting', { key: 'big', valueB64: largest, updatedAtMs: 2_000 }), { key: 'big', updatedAtMs: 2_000, applied: true });
-    const edge = clock.now() + SKEW_MS;
-    assert.deepEqual(await alice.call('SetUserSetting', { key: 'theme', valueB64: toBase64(utf8('light')), updatedAtMs: edge }), {
-      key: 'theme',
-      updatedAtMs: edge,
+    assert.deepEqual(await alice.call('SetUserSetting', { key: 'big', valueB64: largest, updatedAtMs: 2_000 }), {
+      key: 'big',
+      updatedAtMs: 2_000,
       applied: true,
     });
+    const edge = clock.now() + SKEW_MS;
+    assert.deepEqual(
+      await alice.call('SetUserSetting', { key: 'theme', valueB64: toBase64(utf8('light')), updatedAtMs: edge }),
+      {
+        key: 'theme',
+        updatedAtMs: edge,
+        applied: true,
+      },
+    );
     const { items } = await settings(aliceOther);
     assert.deepEqual(
       items.map((i) => [i.key, i.valueB64.length, i.updatedAtMs]),
@@ -448,7 +568,10 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
   }
 
   /** Two fresh users, each with one session. */
-  const users = async (a: string, b: string): Promise<[Peer, Peer]> => [await join(createIdentity(a), 'phone'), await join(createIdentity(b), 'phone')];
+  const users = async (a: string, b: string): Promise<[Peer, Peer]> => [
+    await join(createIdentity(a), 'phone'),
+    await join(createIdentity(b), 'phone'),
+  ];
 
   const recipientOf = (p: Peer) => ({ login: p.id.login, encKey: p.id.encPublicKey });
   const send = (from: Peer, op: PairOp, pair: BuiltPair) =>
@@ -475,10 +598,16 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
     await waitUntil(() => y.events.length === 1);
     now = base + 2_000;
     const edit = await x.client.editText('edited', sent, 'second');
-    assert.deepEqual([edit.messageKey, edit.incomingKey, edit.revisionTimeMs], [sent.messageKey, sent.incomingKey, base + 2_000]);
+    assert.deepEqual(
+      [edit.messageKey, edit.incomingKey, edit.revisionTimeMs],
+      [sent.messageKey, sent.incomingKey, base + 2_000],
+    );
     await waitUntil(() => y.events.length === 2);
     const event = await y.client.decryptEvent(y.events[1]!);
-    assert.deepEqual([event.messageKey, event.container.revisionTimeMs, event.kind === 'text' && event.text], [sent.incomingKey, base + 2_000, 'second']);
+    assert.deepEqual(
+      [event.messageKey, event.container.revisionTimeMs, event.kind === 'text' && event.text],
+      [sent.incomingKey, base + 2_000, 'second'],
+    );
     for (const [p, peer] of [
       [x, 'edited'],
       [y, 'editor'],
@@ -516,7 +645,8 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
       sent.push(await x.client.sendText('listener', text));
     }
     const unread = async () => (await y.client.conversations()).map((c) => [c.peerLogin, c.unreadCount]);
-    const readAt = async (p: Peer, peer: string) => (await p.client.history(peer)).items.map((i) => [i.text, i.readAtMs]);
+    const readAt = async (p: Peer, peer: string) =>
+      (await p.client.history(peer)).items.map((i) => [i.text, i.readAtMs]);
     assert.deepEqual(await unread(), [['talker', 3]]);
 
     now = base + 11_000;
@@ -532,12 +662,19 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
     assert.deepEqual(await readAt(x, 'listener'), expected);
     assert.deepEqual(await readAt(y, 'talker'), expected);
     // The sender's own copies never count as unread.
-    assert.deepEqual((await x.client.conversations()).map((c) => c.unreadCount), [0]);
+    assert.deepEqual(
+      (await x.client.conversations()).map((c) => c.unreadCount),
+      [0],
+    );
 
     // A receipt for a message that has not arrived yet applies when it does.
     const early: MessageRef = { fromLogin: 'talker', toLogin: 'listener', timeMs: base + 12_000, nonce: 4242 };
     await y.client.markRead(early, base + 12_500);
-    await send(x, 'SendMessagePair', textPair(x.id, recipientOf(y), 'four', { timeMs: early.timeMs, nonce: early.nonce }));
+    await send(
+      x,
+      'SendMessagePair',
+      textPair(x.id, recipientOf(y), 'four', { timeMs: early.timeMs, nonce: early.nonce }),
+    );
     assert.deepEqual((await readAt(y, 'talker'))[0], ['four', base + 12_500]);
     assert.deepEqual((await readAt(x, 'listener'))[0], ['four', base + 12_500]);
     assert.deepEqual(await unread(), [['talker', 1]]);
@@ -560,7 +697,10 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
     await x.client.deleteMessage(sent[2]!);
     assert.deepEqual(await texts(x, 'partner'), ['one']);
     assert.deepEqual(await texts(y, 'writer'), ['one']);
-    assert.deepEqual((await y.client.conversations()).map((c) => [c.peerLogin, c.unreadCount]), [['writer', 1]]);
+    assert.deepEqual(
+      (await y.client.conversations()).map((c) => [c.peerLogin, c.unreadCount]),
+      [['writer', 1]],
+    );
   });
 
   it('deleting the conversation removes exactly the messages with timeMs ≤ deleteBeforeMs, now and later', async () => {
@@ -607,9 +747,15 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
     await x.client.deleteMessage(own);
     await y.client.deleteMessage(theirs);
     // A delete covers both sides, so either way the pair is stored nowhere and will never be delivered.
-    for (const [ref, state] of [[own, 'failed'], [theirs, 'failed']] as const) {
+    for (const [ref, state] of [
+      [own, 'failed'],
+      [theirs, 'failed'],
+    ] as const) {
       const answer = await send(x, 'SendMessagePair', textPair(x.id, recipientOf(y), 'too late', ref));
-      assert.deepEqual([answer.messageKey, answer.deliveredWsSessions, answer.deliveryState], [`${baseKeyOf(ref)}|2`, 0, state]);
+      assert.deepEqual(
+        [answer.messageKey, answer.deliveredWsSessions, answer.deliveryState],
+        [`${baseKeyOf(ref)}|2`, 0, state],
+      );
     }
     // A control message gets through, and nothing else did.
     now = base + 40_001;
@@ -681,7 +827,11 @@ describe('dm: reconnect and replay (SPEC §5.3)', () => {
 
   async function offline(c: RawClient, user: TestUser, deviceId: string): Promise<void> {
     await c.close();
-    await waitUntil(() => server.ctx.hub.sessionsOf(user.login).every((s) => s.deviceId !== deviceId), 5_000, `${deviceId} offline`);
+    await waitUntil(
+      () => server.ctx.hub.sessionsOf(user.login).every((s) => s.deviceId !== deviceId),
+      5_000,
+      `${deviceId} offline`,
+    );
   }
 
   /** Sends a pair one millisecond after the previous store, so storedAtMs orders them. */
@@ -714,7 +864,12 @@ describe('dm: reconnect and replay (SPEC §5.3)', () => {
       ['m2', 20, 2],
       ['m3', 10, 3],
     ] as const) {
-      const answer = await sendAt(laptop, name, 'SendMessagePair', testPair({ from: 'alice', to: 'bob', timeMs: T + dt, nonce }));
+      const answer = await sendAt(
+        laptop,
+        name,
+        'SendMessagePair',
+        testPair({ from: 'alice', to: 'bob', timeMs: T + dt, nonce }),
+      );
       assert.equal(answer.deliveredWsSessions, 0, 'bob is offline');
     }
     phone = await connectUser(server.wsUrl, bob, 'phone');
@@ -740,14 +895,45 @@ describe('dm: reconnect and replay (SPEC §5.3)', () => {
   it('a newer revision of an acknowledged copy is replayed, and so is a tombstone', async () => {
     await offline(phone, bob, 'phone');
     const m2 = stored.get('m2')!.pair.incoming;
-    await sendAt(laptop, 'm2-edit', 'SendMessagePair', testPair({ from: 'alice', to: 'bob', timeMs: m2.timeMs, nonce: m2.nonce, revisionTimeMs: clock.now() + 1, body: utf8('edited') }));
+    await sendAt(
+      laptop,
+      'm2-edit',
+      'SendMessagePair',
+      testPair({
+        from: 'alice',
+        to: 'bob',
+        timeMs: m2.timeMs,
+        nonce: m2.nonce,
+        revisionTimeMs: clock.now() + 1,
+        body: utf8('edited'),
+      }),
+    );
     const m3 = stored.get('m3')!.pair.incoming;
-    await sendAt(laptop, 'del-m3', 'DeleteMessage', testPair({ type: 5, from: 'alice', to: 'bob', timeMs: clock.now() + 1, nonce: 9, body: deleteBody(m3.timeMs, m3.nonce) }));
+    await sendAt(
+      laptop,
+      'del-m3',
+      'DeleteMessage',
+      testPair({
+        type: 5,
+        from: 'alice',
+        to: 'bob',
+        timeMs: clock.now() + 1,
+        nonce: 9,
+        body: deleteBody(m3.timeMs, m3.nonce),
+      }),
+    );
     phone = await connectUser(server.wsUrl, bob, 'phone');
     await waitUntil(() => directMessages(phone).length >= 2, 5_000, 'the replay');
     await settled(phone);
     assert.deepEqual(directMessages(phone), [incomingEvent('m2-edit'), incomingEvent('del-m3')]);
-    assert.equal((await phone.call<OpResults['AckSessionDelivery']>('AckSessionDelivery', { messageKeys: directMessages(phone).map((e) => e.messageKey) })).acked, 2);
+    assert.equal(
+      (
+        await phone.call<OpResults['AckSessionDelivery']>('AckSessionDelivery', {
+          messageKeys: directMessages(phone).map((e) => e.messageKey),
+        })
+      ).acked,
+      2,
+    );
   });
 
   it('a device never seen gets no replay; it reads history, then gets events live', async () => {
@@ -758,7 +944,12 @@ describe('dm: reconnect and replay (SPEC §5.3)', () => {
       items.map((i) => i.blobB64),
       [toBase64(stored.get('m1')!.pair.incoming.bytes), toBase64(stored.get('m2-edit')!.pair.incoming.bytes)],
     );
-    const answer = await sendAt(laptop, 'm4', 'SendMessagePair', testPair({ from: 'alice', to: 'bob', timeMs: T + 40, nonce: 4 }));
+    const answer = await sendAt(
+      laptop,
+      'm4',
+      'SendMessagePair',
+      testPair({ from: 'alice', to: 'bob', timeMs: T + 40, nonce: 4 }),
+    );
     assert.equal(answer.deliveredWsSessions, 2, 'phone and watch');
     await settled(watch);
     assert.deepEqual(directMessages(watch), [incomingEvent('m4')]);
@@ -777,7 +968,13 @@ describe('dm: reconnect and replay (SPEC §5.3)', () => {
     const tablet = await connectUser(server.wsUrl, alice, 'tablet');
     await waitUntil(() => directMessages(tablet).length >= 5, 5_000, 'the replay');
     await settled(tablet);
-    assert.deepEqual(directMessages(tablet), [outgoingEvent('m1'), outgoingEvent('m2-edit'), outgoingEvent('del-m3'), outgoingEvent('m4'), incomingEvent('b1')]);
+    assert.deepEqual(directMessages(tablet), [
+      outgoingEvent('m1'),
+      outgoingEvent('m2-edit'),
+      outgoingEvent('del-m3'),
+      outgoingEvent('m4'),
+      incomingEvent('b1'),
+    ]);
     await tablet.close();
   });
 });
@@ -792,12 +989,15 @@ describe('dm: history paging and conversations', () => {
   /** alice's copies of the dialog with bob, in history order. */
   let expected: { timeMs: number; messageKey: string; messageType: number }[];
 
-  const page = (q: object) => alice.call<OpResults['GetDirectMessages']>('GetDirectMessages', { peerLogin: 'bob', ...q });
+  const page = (q: object) =>
+    alice.call<OpResults['GetDirectMessages']>('GetDirectMessages', { peerLogin: 'bob', ...q });
   const keys = (items: { messageKey: string }[]) => items.map((i) => i.messageKey);
 
   before(async () => {
     // 500 pipelined sends on one socket would trip the default burst of 400.
-    net = await startNetwork({ servers: [{ serverLogin: 'alpha', rateLimit: { perSecond: 100_000, burst: 100_000 } }] });
+    net = await startNetwork({
+      servers: [{ serverLogin: 'alpha', rateLimit: { perSecond: 100_000, burst: 100_000 } }],
+    });
     const url = net.servers[0]!.wsUrl;
     alice = await connectUser(url, pairUser('alice'));
     bob = await connectUser(url, pairUser('bob'));
@@ -809,7 +1009,9 @@ describe('dm: history paging and conversations', () => {
         ? testPair({ from: 'alice', to: 'bob', timeMs: T + Math.floor(i / 3), nonce: 1_000 + i })
         : testPair({ from: 'bob', to: 'alice', timeMs: T + Math.floor(i / 3), nonce: 1_000 + i }),
     );
-    const answers = await Promise.all(pairs.map((p) => (p.incoming.fromLogin === 'alice' ? alice : bob).request('SendMessagePair', blobs(p))));
+    const answers = await Promise.all(
+      pairs.map((p) => (p.incoming.fromLogin === 'alice' ? alice : bob).request('SendMessagePair', blobs(p))),
+    );
     assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]));
     expected = pairs
       .map((p) => (p.incoming.fromLogin === 'alice' ? p.outgoing : p.incoming))
@@ -844,13 +1046,18 @@ describe('dm: history paging and conversations', () => {
       assert.ok(a.timeMs > b.timeMs || (a.timeMs === b.timeMs && a.messageKey > b.messageKey), `order at ${i}`);
     }
     // Both copy types, each with its own deliveryState rule.
-    assert.deepEqual(new Set(got.map((i) => `${i.messageType}:${i.deliveryState}`)), new Set(['1:null', '2:delivered']));
+    assert.deepEqual(
+      new Set(got.map((i) => `${i.messageType}:${i.deliveryState}`)),
+      new Set(['1:null', '2:delivered']),
+    );
     const after = await page({ ...cursor, limit: 200 });
     assert.deepEqual([after.items, after.hasMore], [[], false]);
   });
 
   it('a cursor inside a run of equal timeMs continues after exactly that message', async () => {
-    const i = expected.findIndex((e, k) => k > 0 && expected[k - 1]!.timeMs === e.timeMs && expected[k + 1]?.timeMs === e.timeMs);
+    const i = expected.findIndex(
+      (e, k) => k > 0 && expected[k - 1]!.timeMs === e.timeMs && expected[k + 1]?.timeMs === e.timeMs,
+    );
     assert.ok(i > 0);
     const p = await page({ beforeTimeMs: expected[i]!.timeMs, beforeMessageKey: expected[i]!.messageKey, limit: 4 });
     assert.deepEqual(keys(p.items), keys(expected.slice(i + 1, i + 5)));
@@ -882,7 +1089,12 @@ describe('dm: history paging and conversations', () => {
 
     const newest = expected[0]!;
     const all = [
-      { peerLogin: 'carol', lastTimeMs: T + 10_001, lastMessageKey: messageKeyOf(fromCarol[1]!.incoming), unreadCount: 2 },
+      {
+        peerLogin: 'carol',
+        lastTimeMs: T + 10_001,
+        lastMessageKey: messageKeyOf(fromCarol[1]!.incoming),
+        unreadCount: 2,
+      },
       { peerLogin: 'bob', lastTimeMs: newest.timeMs, lastMessageKey: newest.messageKey, unreadCount: N / 2 },
       { peerLogin: 'dave', lastTimeMs: T - 10_000, lastMessageKey: messageKeyOf(toDave.outgoing), unreadCount: 0 },
     ];
@@ -893,7 +1105,14 @@ describe('dm: history paging and conversations', () => {
     // alice reads bob's newest message: one fewer unread, for alice only.
     const target = expected.find((e) => e.messageType === 1)!;
     const [, , timeMs, nonce] = target.messageKey.split('|').map(Number);
-    const receipt = testPair({ type: 3, from: 'alice', to: 'bob', timeMs: T + 20_000, nonce: 1, body: encodeReceiptBody({ readAtMs: T + 20_000, targetTimeMs: timeMs!, targetNonce: nonce! }) });
+    const receipt = testPair({
+      type: 3,
+      from: 'alice',
+      to: 'bob',
+      timeMs: T + 20_000,
+      nonce: 1,
+      body: encodeReceiptBody({ readAtMs: T + 20_000, targetTimeMs: timeMs!, targetNonce: nonce! }),
+    });
     await alice.call('SendMessagePair', blobs(receipt));
     assert.deepEqual(
       (await conversations(alice)).map((c) => [c.peerLogin, c.unreadCount]),
@@ -922,7 +1141,11 @@ describe('dm: settings', () => {
     alice.call<OpResults['SetUserSetting']>('SetUserSetting', { key, valueB64, updatedAtMs });
   /** What alice's other session reads: [key, value, updatedAtMs]. */
   const read = async (keys?: string[]) =>
-    (await aliceOther.call<OpResults['GetUserSettings']>('GetUserSettings', keys ? { keys } : {})).items.map((i) => [i.key, i.valueB64, i.updatedAtMs]);
+    (await aliceOther.call<OpResults['GetUserSettings']>('GetUserSettings', keys ? { keys } : {})).items.map((i) => [
+      i.key,
+      i.valueB64,
+      i.updatedAtMs,
+    ]);
 
   before(async () => {
     net = await startNetwork({ servers: [{ serverLogin: 'alpha' }] });
@@ -948,7 +1171,11 @@ describe('dm: settings', () => {
       [value(1), 2_000, true, [value(1), 2_000]], // newer
     ];
     for (const [valueB64, at, applied, [v, storedAt]] of steps) {
-      assert.deepEqual(await set('theme', valueB64, at), { key: 'theme', updatedAtMs: applied ? at : storedAt, applied }, `${valueB64}@${at}`);
+      assert.deepEqual(
+        await set('theme', valueB64, at),
+        { key: 'theme', updatedAtMs: applied ? at : storedAt, applied },
+        `${valueB64}@${at}`,
+      );
       assert.deepEqual(await read(), [['theme', v, storedAt]]);
     }
   });
@@ -967,13 +1194,10 @@ describe('dm: settings', () => {
   it('reads all settings or only the requested keys, and only the user’s own', async () => {
     for (const key of ['k-a', 'k-b', 'k-c']) await set(key, toBase64(utf8(key)), 3_000);
     const filtered = await read(['k-c', 'k-a', 'missing']);
-    assert.deepEqual(
-      filtered.sort(),
-      [
-        ['k-a', toBase64(utf8('k-a')), 3_000],
-        ['k-c', toBase64(utf8('k-c')), 3_000],
-      ],
-    );
+    assert.deepEqual(filtered.sort(), [
+      ['k-a', toBase64(utf8('k-a')), 3_000],
+      ['k-c', toBase64(utf8('k-c')), 3_000],
+    ]);
     const everything = (await read()).map((i) => i[0]);
     for (const key of ['k-a', 'k-b', 'k-c', 'theme', 'draft']) assert.ok(everything.includes(key), key);
     assert.deepEqual(await bob.call('GetUserSettings', {}), { items: [] });

@@ -22,7 +22,13 @@ import type { BuiltPair, DeliveryState, HistoryItem, ShineClient } from '../../s
 import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
 import type { DeliveryRow } from '../../src/server/store/types.js';
-import { adminGet, connectIdentity, metricSum, startFederatedProcesses, wholeHistory } from '../helpers/federated-processes.js';
+import {
+  adminGet,
+  connectIdentity,
+  metricSum,
+  startFederatedProcesses,
+  wholeHistory,
+} from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { waitUntil } from '../helpers/wait.js';
 
@@ -34,7 +40,8 @@ const KILL_AFTER = 250;
 /** Requests each client keeps in flight. */
 const WINDOW = 10;
 
-type Outcome = { kind: 'answered'; deliveryState: DeliveryState } | { kind: 'rejected'; code: string } | { kind: 'no-answer' };
+type Outcome =
+  { kind: 'answered'; deliveryState: DeliveryState } | { kind: 'rejected'; code: string } | { kind: 'no-answer' };
 
 /** Keys of a pair, as the server names them. */
 function keysOf(p: BuiltPair): { outgoingKey: string; incomingKey: string } {
@@ -91,7 +98,10 @@ describe('SIGKILL of the sender server during a burst of 1 000 sends', () => {
     const send = async (i: number): Promise<Outcome> => {
       const p = pairs[i]!;
       try {
-        const r = await senders[i % CLIENTS]!.request('SendMessagePair', { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 });
+        const r = await senders[i % CLIENTS]!.request('SendMessagePair', {
+          incomingBlobB64: p.incomingBlobB64,
+          outgoingBlobB64: p.outgoingBlobB64,
+        });
         if (++answered === KILL_AFTER) kill.done = a.kill('SIGKILL');
         return { kind: 'answered', deliveryState: r.deliveryState };
       } catch (err) {
@@ -117,12 +127,16 @@ describe('SIGKILL of the sender server during a burst of 1 000 sends', () => {
     const lost = outcomes.filter((o) => o.kind === 'no-answer').length;
     const rejected = outcomes.flatMap((o) => (o.kind === 'rejected' ? [o.code] : []));
     assert.deepEqual(rejected, [], 'no request was refused');
-    assert.ok(ok.length >= KILL_AFTER && lost > 0, `the kill cut the burst (answered ${ok.length}, unanswered ${lost})`);
+    assert.ok(
+      ok.length >= KILL_AFTER && lost > 0,
+      `the kill cut the burst (answered ${ok.length}, unanswered ${lost})`,
+    );
 
     await a.restart();
     // The restarted worker finishes every row left `accepted` (the schedule is long over: one attempt each).
     await waitUntil(
-      async () => (await adminGet<{ rows: DeliveryRow[] }>(a, '/debug/delivery?state=accepted&limit=1000')).rows.length === 0,
+      async () =>
+        (await adminGet<{ rows: DeliveryRow[] }>(a, '/debug/delivery?state=accepted&limit=1000')).rows.length === 0,
       30_000,
       'no accepted delivery rows left on A',
     );
@@ -145,7 +159,10 @@ describe('SIGKILL of the sender server during a burst of 1 000 sends', () => {
     for (const p of ok) {
       const { outgoingKey, incomingKey } = keysOf(p);
       const state = stateOnA.get(outgoingKey);
-      assert.ok(state === 'delivered' || state === 'failed', `answered pair ${outgoingKey} is on A and terminal (got ${state})`);
+      assert.ok(
+        state === 'delivered' || state === 'failed',
+        `answered pair ${outgoingKey} is on A and terminal (got ${state})`,
+      );
       // B was up all along, so nothing may fail; a delivered pair is at bob.
       assert.equal(state, 'delivered', `${outgoingKey} delivered`);
       assert.ok(onB.has(incomingKey), `${incomingKey} is at bob`);

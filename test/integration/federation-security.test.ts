@@ -12,7 +12,15 @@ import type { DeliveryStatusItem } from '../../src/protocol/ops.js';
 import type { RunningServer } from '../../src/server/app.js';
 import { assertError } from '../helpers/assert.js';
 import type { TestPair } from '../helpers/federation.js';
-import { directMessageEvent, directMessagesFor, fakeServer, sendPair, serverAuthPayload, serverSession, textPair } from '../helpers/federation.js';
+import {
+  directMessageEvent,
+  directMessagesFor,
+  fakeServer,
+  sendPair,
+  serverAuthPayload,
+  serverSession,
+  textPair,
+} from '../helpers/federation.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import type { RawClient } from '../helpers/raw-client.js';
@@ -28,8 +36,15 @@ async function assertNothingStored(server: RunningServer, pair: TestPair): Promi
   assert.equal(await server.ctx.store.getDelivery(pair.outgoingKey), null, 'no delivery row');
 }
 
-const incomingOnly = (pair: TestPair, extra: Record<string, unknown> = {}) => ({ incomingBlobB64: pair.incomingBlobB64, ...extra });
-const wholePair = (pair: TestPair, extra: Record<string, unknown> = {}) => ({ incomingBlobB64: pair.incomingBlobB64, outgoingBlobB64: pair.outgoingBlobB64, ...extra });
+const incomingOnly = (pair: TestPair, extra: Record<string, unknown> = {}) => ({
+  incomingBlobB64: pair.incomingBlobB64,
+  ...extra,
+});
+const wholePair = (pair: TestPair, extra: Record<string, unknown> = {}) => ({
+  incomingBlobB64: pair.incomingBlobB64,
+  outgoingBlobB64: pair.outgoingBlobB64,
+  ...extra,
+});
 
 describe('federation security: ServerAuth and server operations', () => {
   // gamma and delta are other servers whose keys the test holds; nothing listens at their URLs.
@@ -50,7 +65,10 @@ describe('federation security: ServerAuth and server operations', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'shine-fed-sec-'));
     const directoryFile = join(dir, 'directory.json');
-    await writeFile(directoryFile, JSON.stringify({ servers: [gamma.descriptor, delta.descriptor], users: [carol.profile] }));
+    await writeFile(
+      directoryFile,
+      JSON.stringify({ servers: [gamma.descriptor, delta.descriptor], users: [carol.profile] }),
+    );
     net = await startNetwork({
       servers: [
         { serverLogin: 'alpha', directoryFile },
@@ -79,29 +97,69 @@ describe('federation security: ServerAuth and server operations', () => {
 
   it('refuses a server that is not in the directory, and a known name signed with another key (401 AUTH_FAILED)', async () => {
     await using c = await connectRaw(alpha().wsUrl);
-    assertError(await c.request('ServerAuth', serverAuthPayload(zeta.seed, { from: 'zeta', to: 'alpha' })), 401, 'AUTH_FAILED');
-    assertError(await c.request('ServerAuth', serverAuthPayload(zeta.seed, { from: 'gamma', to: 'alpha' })), 401, 'AUTH_FAILED');
+    assertError(
+      await c.request('ServerAuth', serverAuthPayload(zeta.seed, { from: 'zeta', to: 'alpha' })),
+      401,
+      'AUTH_FAILED',
+    );
+    assertError(
+      await c.request('ServerAuth', serverAuthPayload(zeta.seed, { from: 'gamma', to: 'alpha' })),
+      401,
+      'AUTH_FAILED',
+    );
     const m = textPair(carol, 'alice');
-    assertError(await c.request('ReceiveIncomingMessage', incomingOnly(m)), 401, 'NOT_AUTHENTICATED', { op: 'ReceiveIncomingMessage' });
+    assertError(await c.request('ReceiveIncomingMessage', incomingOnly(m)), 401, 'NOT_AUTHENTICATED', {
+      op: 'ReceiveIncomingMessage',
+    });
     await assertNothingStored(alpha(), m);
   });
 
   it('refuses ServerAuth for another target server (401 AUTH_FAILED)', async () => {
     await using c = await connectRaw(alpha().wsUrl);
     // Validly signed, but for beta.
-    assertError(await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'beta' })), 401, 'AUTH_FAILED');
+    assertError(
+      await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'beta' })),
+      401,
+      'AUTH_FAILED',
+    );
     // Names alpha, but the signature was made for beta.
-    assertError(await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', signedTo: 'beta' })), 401, 'AUTH_FAILED');
+    assertError(
+      await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', signedTo: 'beta' })),
+      401,
+      'AUTH_FAILED',
+    );
     assertError(await c.request('GetDmDeliveryStatus', { messageKey: 'alice|carol|1|1|2' }), 401, 'NOT_AUTHENTICATED');
   });
 
   it('refuses a timestamp outside ±5 minutes of the server time (401 AUTH_FAILED); inside is fine', async () => {
     await using c = await connectRaw(alpha().wsUrl);
     const now = Date.now();
-    assertError(await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now - FIVE_MIN - 10_000 })), 401, 'AUTH_FAILED');
-    assertError(await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now + FIVE_MIN + 10_000 })), 401, 'AUTH_FAILED');
+    assertError(
+      await c.request(
+        'ServerAuth',
+        serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now - FIVE_MIN - 10_000 }),
+      ),
+      401,
+      'AUTH_FAILED',
+    );
+    assertError(
+      await c.request(
+        'ServerAuth',
+        serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now + FIVE_MIN + 10_000 }),
+      ),
+      401,
+      'AUTH_FAILED',
+    );
     assertError(await c.request('GetDmDeliveryStatus', { messageKey: 'alice|carol|1|1|2' }), 401, 'NOT_AUTHENTICATED');
-    assert.equal((await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now - 4 * 60_000 }))).ok, true);
+    assert.equal(
+      (
+        await c.request(
+          'ServerAuth',
+          serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha', timestampMs: now - 4 * 60_000 }),
+        )
+      ).ok,
+      true,
+    );
   });
 
   it('refuses server ops on a socket without ServerAuth, a user session included (401 NOT_AUTHENTICATED); nothing stored', async () => {
@@ -109,9 +167,21 @@ describe('federation security: ServerAuth and server operations', () => {
     const m = textPair(carol, 'alice');
     const forward = textPair(ann, 'carol');
     for (const client of [c, aliceSession]) {
-      assertError(await client.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' })), 401, 'NOT_AUTHENTICATED');
-      assertError(await client.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'delta' })), 401, 'NOT_AUTHENTICATED');
-      assertError(await client.request('GetDmDeliveryStatus', { messageKey: forward.outgoingKey }), 401, 'NOT_AUTHENTICATED');
+      assertError(
+        await client.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' })),
+        401,
+        'NOT_AUTHENTICATED',
+      );
+      assertError(
+        await client.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'delta' })),
+        401,
+        'NOT_AUTHENTICATED',
+      );
+      assertError(
+        await client.request('GetDmDeliveryStatus', { messageKey: forward.outgoingKey }),
+        401,
+        'NOT_AUTHENTICATED',
+      );
     }
     await assertNothingStored(alpha(), m);
     await assertNothingStored(alpha(), forward);
@@ -121,16 +191,31 @@ describe('federation security: ServerAuth and server operations', () => {
   it('refuses a sourceServerLogin other than the authenticated server (403 SOURCE_MISMATCH); nothing stored', async () => {
     await using g = await serverSession(alpha(), gamma);
     const m = textPair(carol, 'alice');
-    assertError(await g.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'delta' })), 403, 'SOURCE_MISMATCH');
-    assertError(await g.request('GetDmDeliveryStatus', { messageKey: m.outgoingKey, sourceServerLogin: 'delta' }), 403, 'SOURCE_MISMATCH');
+    assertError(
+      await g.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'delta' })),
+      403,
+      'SOURCE_MISMATCH',
+    );
+    assertError(
+      await g.request('GetDmDeliveryStatus', { messageKey: m.outgoingKey, sourceServerLogin: 'delta' }),
+      403,
+      'SOURCE_MISMATCH',
+    );
     await assertNothingStored(alpha(), m);
     const forward = textPair(ann, 'carol');
     await using d = await serverSession(alpha(), delta);
-    assertError(await d.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'gamma' })), 403, 'SOURCE_MISMATCH');
+    assertError(
+      await d.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'gamma' })),
+      403,
+      'SOURCE_MISMATCH',
+    );
     await assertNothingStored(alpha(), forward);
 
     // The same copy with the true source (or none) is delivered: the refusal was about the claim alone.
-    const ok = await g.call<{ messageKey: string; deliveredWsSessions: number }>('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' }));
+    const ok = await g.call<{ messageKey: string; deliveredWsSessions: number }>(
+      'ReceiveIncomingMessage',
+      incomingOnly(m, { sourceServerLogin: 'gamma' }),
+    );
     assert.equal(ok.messageKey, m.incomingKey);
     assert.equal(ok.deliveredWsSessions, 1);
     await directMessageEvent(aliceSession, m.incomingKey);
@@ -140,11 +225,19 @@ describe('federation security: ServerAuth and server operations', () => {
   it('refuses ReceiveIncomingMessage for a recipient this server does not serve (403 LOCAL_SERVER_NOT_ACCESS_SERVER); nothing stored', async () => {
     await using g = await serverSession(alpha(), gamma);
     const toCarol = textPair(alice, 'carol'); // carol's only access server is gamma
-    assertError(await g.request('ReceiveIncomingMessage', incomingOnly(toCarol)), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
+    assertError(
+      await g.request('ReceiveIncomingMessage', incomingOnly(toCarol)),
+      403,
+      'LOCAL_SERVER_NOT_ACCESS_SERVER',
+    );
     await assertNothingStored(alpha(), toCarol);
     // A login alpha has never heard of is not one of its users either.
     const toStranger = textPair(alice, 'stranger');
-    assertError(await g.request('ReceiveIncomingMessage', incomingOnly(toStranger)), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
+    assertError(
+      await g.request('ReceiveIncomingMessage', incomingOnly(toStranger)),
+      403,
+      'LOCAL_SERVER_NOT_ACCESS_SERVER',
+    );
     await assertNothingStored(alpha(), toStranger);
   });
 
@@ -159,12 +252,23 @@ describe('federation security: ServerAuth and server operations', () => {
     await assertNothingStored(alpha(), carols);
     // Sizes come before decoding (SPEC §5.2): an oversized blob is TOO_LARGE even beside an undecodable one.
     const huge = 'A'.repeat(4 * Math.ceil(70_000 / 3));
-    assertError(await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: huge }), 413, 'TOO_LARGE');
-    assertError(await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: forward.outgoingBlobB64 }), 400, 'BAD_BLOB');
+    assertError(
+      await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: huge }),
+      413,
+      'TOO_LARGE',
+    );
+    assertError(
+      await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: forward.outgoingBlobB64 }),
+      400,
+      'BAD_BLOB',
+    );
 
     // From delta, ann's other access server, the pair is stored with its own delivery row.
     await using d = await serverSession(alpha(), delta);
-    const answer = await d.call<{ outgoingKey: string; deliveryState: string }>('ReceiveOutcomingMessage', wholePair(forward));
+    const answer = await d.call<{ outgoingKey: string; deliveryState: string }>(
+      'ReceiveOutcomingMessage',
+      wholePair(forward),
+    );
     assert.equal(answer.outgoingKey, forward.outgoingKey);
     assert.equal(answer.deliveryState, 'accepted');
     assert.ok(await alpha().ctx.store.getCopy(forward.outgoingKey));
@@ -179,11 +283,31 @@ describe('federation security: ServerAuth and server operations', () => {
     const unknown = textPair(alice, 'carol');
     await using g = await serverSession(alpha(), gamma);
 
-    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.outgoingKey }), { messageKey: delivered.outgoingKey, known: true, delivered: true });
-    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.incomingKey }), { messageKey: delivered.incomingKey, known: true, delivered: true });
-    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: pending.outgoingKey }), { messageKey: pending.outgoingKey, known: true, delivered: false });
-    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: unknown.outgoingKey }), { messageKey: unknown.outgoingKey, known: false, delivered: false });
-    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: 'not a key' }), { messageKey: 'not a key', known: false, delivered: false });
+    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.outgoingKey }), {
+      messageKey: delivered.outgoingKey,
+      known: true,
+      delivered: true,
+    });
+    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.incomingKey }), {
+      messageKey: delivered.incomingKey,
+      known: true,
+      delivered: true,
+    });
+    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: pending.outgoingKey }), {
+      messageKey: pending.outgoingKey,
+      known: true,
+      delivered: false,
+    });
+    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: unknown.outgoingKey }), {
+      messageKey: unknown.outgoingKey,
+      known: false,
+      delivered: false,
+    });
+    assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: 'not a key' }), {
+      messageKey: 'not a key',
+      known: false,
+      delivered: false,
+    });
 
     const keys = [delivered.outgoingKey, pending.incomingKey, unknown.incomingKey, delivered.incomingKey, 'x|y'];
     const batch = await g.call<{ items: DeliveryStatusItem[] }>('GetDmDeliveryStatus', { messageKeys: keys });
@@ -196,7 +320,11 @@ describe('federation security: ServerAuth and server operations', () => {
     ]);
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKeys: [] }), { items: [] });
     assertError(await g.request('GetDmDeliveryStatus', {}), 400, 'EMPTY_MESSAGE_KEY');
-    assertError(await g.request('GetDmDeliveryStatus', { messageKeys: Array.from({ length: 501 }, () => delivered.outgoingKey) }), 400, 'BAD_FIELDS');
+    assertError(
+      await g.request('GetDmDeliveryStatus', { messageKeys: Array.from({ length: 501 }, () => delivered.outgoingKey) }),
+      400,
+      'BAD_FIELDS',
+    );
   });
 
   it('an incoming copy from the recipient’s other access server is outboxed as synced; only an authenticated one', async () => {
@@ -204,41 +332,81 @@ describe('federation security: ServerAuth and server operations', () => {
     await using d = await serverSession(alpha(), delta);
     const before = await alpha().ctx.store.outboxCounts('ann');
     await d.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
-    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), { synced: before.synced + 1, unsynced: before.unsynced });
+    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), {
+      synced: before.synced + 1,
+      unsynced: before.unsynced,
+    });
     await using g = await serverSession(alpha(), gamma);
     await g.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
-    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), { synced: before.synced + 1, unsynced: before.unsynced + 1 }, 'gamma is not ann’s server');
+    assert.deepEqual(
+      await alpha().ctx.store.outboxCounts('ann'),
+      { synced: before.synced + 1, unsynced: before.unsynced + 1 },
+      'gamma is not ann’s server',
+    );
     // With s2sAuth off a claim is trusted for routing, not for this: erin's row stays unsynced.
     await using c = await connectRaw(omega().wsUrl);
     const erinBefore = await omega().ctx.store.outboxCounts('erin');
     await c.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'erin'), { sourceServerLogin: 'delta' }));
-    assert.deepEqual(await omega().ctx.store.outboxCounts('erin'), { synced: erinBefore.synced, unsynced: erinBefore.unsynced + 1 });
+    assert.deepEqual(await omega().ctx.store.outboxCounts('erin'), {
+      synced: erinBefore.synced,
+      unsynced: erinBefore.unsynced + 1,
+    });
   });
 
   it('with s2sAuth off, trusts sourceServerLogin without ServerAuth (and still checks who it names)', async () => {
     await using c = await connectRaw(omega().wsUrl);
     const m = textPair(carol, 'erin');
-    const got = await c.call<{ messageKey: string }>('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' }));
+    const got = await c.call<{ messageKey: string }>(
+      'ReceiveIncomingMessage',
+      incomingOnly(m, { sourceServerLogin: 'gamma' }),
+    );
     assert.equal(got.messageKey, m.incomingKey);
     assert.ok(await omega().ctx.store.getCopy(m.incomingKey));
 
     const forward = textPair(erin, 'carol');
-    assertError(await c.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'gamma' })), 403, 'NOT_PEER');
+    assertError(
+      await c.request('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'gamma' })),
+      403,
+      'NOT_PEER',
+    );
     assertError(await c.request('ReceiveOutcomingMessage', wholePair(forward)), 403, 'NOT_PEER');
     await assertNothingStored(omega(), forward);
-    const answer = await c.call<{ outgoingKey: string }>('ReceiveOutcomingMessage', wholePair(forward, { sourceServerLogin: 'delta' }));
+    const answer = await c.call<{ outgoingKey: string }>(
+      'ReceiveOutcomingMessage',
+      wholePair(forward, { sourceServerLogin: 'delta' }),
+    );
     assert.equal(answer.outgoingKey, forward.outgoingKey);
     assert.ok(await omega().ctx.store.getCopy(forward.outgoingKey));
-    assert.deepEqual(await c.call('GetDmDeliveryStatus', { messageKey: forward.outgoingKey }), { messageKey: forward.outgoingKey, known: true, delivered: false });
+    assert.deepEqual(await c.call('GetDmDeliveryStatus', { messageKey: forward.outgoingKey }), {
+      messageKey: forward.outgoingKey,
+      known: true,
+      delivered: false,
+    });
   });
 
   it('answers every server op with 500 LOCAL_SERVER_NOT_CONFIGURED on a server running as `local`', async () => {
     await using c = await connectRaw(local().wsUrl);
     const m = textPair(carol, 'alice');
-    assertError(await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'local' })), 500, 'LOCAL_SERVER_NOT_CONFIGURED');
-    assertError(await c.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' })), 500, 'LOCAL_SERVER_NOT_CONFIGURED');
-    assertError(await c.request('ReceiveOutcomingMessage', wholePair(m, { sourceServerLogin: 'gamma' })), 500, 'LOCAL_SERVER_NOT_CONFIGURED');
-    assertError(await c.request('GetDmDeliveryStatus', { messageKey: m.outgoingKey }), 500, 'LOCAL_SERVER_NOT_CONFIGURED');
+    assertError(
+      await c.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'local' })),
+      500,
+      'LOCAL_SERVER_NOT_CONFIGURED',
+    );
+    assertError(
+      await c.request('ReceiveIncomingMessage', incomingOnly(m, { sourceServerLogin: 'gamma' })),
+      500,
+      'LOCAL_SERVER_NOT_CONFIGURED',
+    );
+    assertError(
+      await c.request('ReceiveOutcomingMessage', wholePair(m, { sourceServerLogin: 'gamma' })),
+      500,
+      'LOCAL_SERVER_NOT_CONFIGURED',
+    );
+    assertError(
+      await c.request('GetDmDeliveryStatus', { messageKey: m.outgoingKey }),
+      500,
+      'LOCAL_SERVER_NOT_CONFIGURED',
+    );
     assert.equal(await local().ctx.store.getCopy(m.incomingKey), null);
   });
 
@@ -249,7 +417,11 @@ describe('federation security: ServerAuth and server operations', () => {
     assert.equal((await first.request('ServerAuth', payload)).ok, true);
     await using second = await connectRaw(alpha().wsUrl);
     assertError(await second.request('ServerAuth', payload), 401, 'AUTH_FAILED');
-    assertError(await second.request('GetDmDeliveryStatus', { messageKey: 'alice|carol|1|1|2' }), 401, 'NOT_AUTHENTICATED');
+    assertError(
+      await second.request('GetDmDeliveryStatus', { messageKey: 'alice|carol|1|1|2' }),
+      401,
+      'NOT_AUTHENTICATED',
+    );
 
     await net.stop(0);
     await net.start(0);
@@ -259,6 +431,9 @@ describe('federation security: ServerAuth and server operations', () => {
     assertError(await third.request('ReceiveIncomingMessage', incomingOnly(m)), 401, 'NOT_AUTHENTICATED');
     await assertNothingStored(alpha(), m);
     // A fresh nonce from the same server is fine.
-    assert.equal((await third.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha' }))).ok, true);
+    assert.equal(
+      (await third.request('ServerAuth', serverAuthPayload(gamma.seed, { from: 'gamma', to: 'alpha' }))).ok,
+      true,
+    );
   });
 });

@@ -36,14 +36,21 @@ import { connectUser, makeUser, profileFor } from '../helpers/users.js';
 import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
-const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({ serverLogin, ...FAST, ...extra });
+const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
+  serverLogin,
+  ...FAST,
+  ...extra,
+});
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
 const SLOW_SECOND_ATTEMPT: NetworkServerSpec = { retryScheduleMs: '0,60000,120000,180000,240000' };
 
 describe('federation: delivery to the recipient’s access servers', { concurrency: true }, () => {
   it('a) alice@alpha → bob@beta: delivered in the answer; bob’s open session gets the message (SDK end to end)', async () => {
     // Attempt 2 is far off: a slow first contact (ServerAuth both ways, profile imports) cannot meet it.
-    await using net = await startNetwork({ federate: true, servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta')],
+    });
     const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
     const alice = createIdentity('alice');
     const bob = createIdentity('bob');
@@ -75,7 +82,9 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(item?.text, 'hello across servers');
 
     // A delete (types 5/6) is delivered the same way, and removes the message at bob's side too.
-    const gone = new Promise<DirectMessageEvent>((resolve) => cb.on('DirectMessage', (e) => e.messageType === 5 && resolve(e)));
+    const gone = new Promise<DirectMessageEvent>((resolve) =>
+      cb.on('DirectMessage', (e) => e.messageType === 5 && resolve(e)),
+    );
     const deleted = await ca.deleteMessage(sent);
     assert.equal(deleted.deliveryState, 'delivered');
     assert.equal((await gone).messageKey, deleted.incomingKey);
@@ -83,7 +92,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {
-    await using net = await startNetwork({ federate: true, servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta1'), server('beta2')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta1'), server('beta2')],
+    });
     const alice = makeUser('alice', ['alpha']);
     const bob = makeUser('bob', ['beta1', 'beta2']);
     await using a = await connectUser(net.servers[0]!.wsUrl, alice);
@@ -109,7 +121,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.ok(cycle.errors >= 1, 'the sync cycle could not reach beta2');
     await using b1 = await connectUser(beta1.wsUrl, bob, 'desk');
     assert.deepEqual(await history(b1, 'alice'), [], 'beta1 holds nothing it was not sent');
-    assert.equal(await metric(beta1, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 0, 'alpha never called beta1 again');
+    assert.equal(
+      await metric(beta1, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }),
+      0,
+      'alpha never called beta1 again',
+    );
     assert.deepEqual(await debugDelivery(net.servers[0]!, 'accepted'), [], 'alpha has nothing left to deliver');
 
     // Replication (SPEC §7), not delivery, brings the copy to beta1 once beta2 is back: silently.
@@ -117,20 +133,34 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // beta1 may still be backing off from beta2 for a moment: cycles are retried until one pulls the row.
     await waitUntil(async () => (await adminSync(beta1)).dmRows === 1, 10_000, 'a sync cycle on beta1 pulled the copy');
     const items = await history(b1, 'alice');
-    assert.deepEqual(items.map((i) => i.messageKey), [m.incomingKey]);
+    assert.deepEqual(
+      items.map((i) => i.messageKey),
+      [m.incomingKey],
+    );
     assert.deepEqual(directMessagesFor(b1, m.incomingKey), [], 'a synced copy is stored without an event');
-    const outbox = (await (await fetch(`${beta1.httpUrl}/debug/outbox?owner=bob`, { headers: { authorization: `Bearer ${FAST.adminToken}` } })).json()) as {
+    const outbox = (await (
+      await fetch(`${beta1.httpUrl}/debug/outbox?owner=bob`, {
+        headers: { authorization: `Bearer ${FAST.adminToken}` },
+      })
+    ).json()) as {
       synced: number;
       unsynced: number;
     };
-    assert.deepEqual({ synced: outbox.synced, unsynced: outbox.unsynced }, { synced: 1, unsynced: 0 }, 'the copy came from beta2, not from alpha');
+    assert.deepEqual(
+      { synced: outbox.synced, unsynced: outbox.unsynced },
+      { synced: 1, unsynced: 0 },
+      'the copy came from beta2, not from alpha',
+    );
     assert.equal(await metric(beta1, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 0);
   });
 
   it('c) both of bob’s servers down, one back before the last attempt: accepted, then delivered at the next attempt', async () => {
     // alpha's clock is moved by hand, so "the next attempt" is exact: attempt 3 at offset 800 ms.
     const clock = new ManualClock(Date.now());
-    await using net = await startNetwork({ federate: true, servers: [server('alpha', { clock }), server('beta1'), server('beta2')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', { clock }), server('beta1'), server('beta2')],
+    });
     const alpha = net.servers[0]!;
     const alice = makeUser('alice', ['alpha']);
     const bob = makeUser('bob', ['beta1', 'beta2']);
@@ -140,7 +170,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // An earlier message, with both up: alpha imports bob, and both of bob's servers get the copy (SPEC §6.2).
     const earlier = textPair(alice, 'bob');
     assert.equal((await sendPair(a, earlier)).deliveryState, 'delivered');
-    await waitUntil(async () => (await net.servers[1]!.ctx.store.getCopy(earlier.incomingKey)) !== null && (await net.servers[2]!.ctx.store.getCopy(earlier.incomingKey)) !== null);
+    await waitUntil(
+      async () =>
+        (await net.servers[1]!.ctx.store.getCopy(earlier.incomingKey)) !== null &&
+        (await net.servers[2]!.ctx.store.getCopy(earlier.incomingKey)) !== null,
+    );
     await net.stop(1);
     await net.stop(2);
 
@@ -156,7 +190,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     clock.advance(400);
     await deliveryEvent(a, m.outgoingKey, 'delivered');
     const row = (await deliveryRow(alpha, m.outgoingKey))!;
-    assert.deepEqual([row.state, row.attempt], ['delivered', 3], 'delivered at attempt 3, the first after beta1 came back');
+    assert.deepEqual(
+      [row.state, row.attempt],
+      ['delivered', 3],
+      'delivered at attempt 3, the first after beta1 came back',
+    );
     assert.equal(await opCount(beta1, 'ReceiveIncomingMessage'), 1);
     await using b1 = await connectUser(beta1.wsUrl, bob, 'desk');
     assert.ok((await history(b1, 'alice')).some((i) => i.messageKey === m.incomingKey));
@@ -179,7 +217,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     clock.advance(1300); // offsets 400, 800 and 1200 pass while alpha is down
     const alpha = await net.start(0);
     const row = await waitForRow(alpha, m.outgoingKey, (r) => r.attempt > 1);
-    assert.deepEqual([row.state, row.attempt, row.nextAttemptAtMs], ['accepted', 4, row.acceptedAtMs + 1600], 'one attempt, counted as the one at 1200 ms');
+    assert.deepEqual(
+      [row.state, row.attempt, row.nextAttemptAtMs],
+      ['accepted', 4, row.acceptedAtMs + 1600],
+      'one attempt, counted as the one at 1200 ms',
+    );
     assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'retry' }), 1);
     assert.equal(await metric(alpha, 'shine_s2s_errors_total', { peer: 'beta' }), 1, 'one call to beta');
 
@@ -188,7 +230,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const beta = await net.start(1);
     clock.advance(300);
     await deliveryEvent(a, m.outgoingKey, 'delivered');
-    assert.deepEqual([(await deliveryRow(alpha, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')], [5, 1]);
+    assert.deepEqual(
+      [(await deliveryRow(alpha, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')],
+      [5, 1],
+    );
   });
 
   it('d) bob’s server down for the whole hour: the row ends failed and is never attempted again', async () => {
@@ -223,8 +268,19 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.ok(!keys.includes(lost.incomingKey), 'bob never receives the failed message');
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1, 'only the later message was sent to beta');
     const still = (await deliveryRow(alpha, lost.outgoingKey))!;
-    assert.deepEqual([still.state, still.attempt, still.rowVersion], ['failed', failed.attempt, failed.rowVersion], 'the failed row was not touched');
-    assert.ok(!a.events.some((e) => e.op === 'DmDeliveryStateChanged' && (e.payload as { outgoingKey: string }).outgoingKey === lost.outgoingKey && (e.payload as { deliveryState: string }).deliveryState === 'delivered'));
+    assert.deepEqual(
+      [still.state, still.attempt, still.rowVersion],
+      ['failed', failed.attempt, failed.rowVersion],
+      'the failed row was not touched',
+    );
+    assert.ok(
+      !a.events.some(
+        (e) =>
+          e.op === 'DmDeliveryStateChanged' &&
+          (e.payload as { outgoingKey: string }).outgoingKey === lost.outgoingKey &&
+          (e.payload as { deliveryState: string }).deliveryState === 'delivered',
+      ),
+    );
   });
 
   it('e) alice on alpha1+alpha2: the pair reaches alpha2, which delivers it; alpha1 then takes `delivered` from alpha2 without calling beta', async () => {
@@ -233,7 +289,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const clock1 = new ManualClock(Date.now());
     await using net = await startNetwork({
       federate: true,
-      servers: [server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }), server('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }), server('beta')],
+      servers: [
+        server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
+        server('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
+        server('beta'),
+      ],
     });
     const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
     const alice = makeUser('alice', ['alpha1', 'alpha2']);
@@ -275,7 +335,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
   it('e) a failing peer check never blocks alpha1’s own attempt: with alpha2 down, alpha1 calls beta itself', async () => {
     const clock1 = new ManualClock(Date.now());
-    await using net = await startNetwork({ federate: true, servers: [server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }), server('alpha2'), server('beta')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }), server('alpha2'), server('beta')],
+    });
     const alpha1 = net.servers[0]!;
     const alice = makeUser('alice', ['alpha1', 'alpha2']);
     const bob = makeUser('bob', ['beta']);
@@ -293,7 +356,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const beta = await net.start(2);
     clock1.advance(400); // attempt 2: the status check on alpha2 fails, then beta is called
     await deliveryEvent(a1, m.outgoingKey, 'delivered');
-    assert.deepEqual([(await deliveryRow(alpha1, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')], [2, 1]);
+    assert.deepEqual(
+      [(await deliveryRow(alpha1, m.outgoingKey))!.attempt, await opCount(beta, 'ReceiveIncomingMessage')],
+      [2, 1],
+    );
   });
 
   it('the answer waits at most firstAttemptWaitMs; a later outcome arrives as DmDeliveryStateChanged; a call that never answers times out', async () => {
@@ -305,7 +371,15 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await writeFile(directoryFile, JSON.stringify({ servers: [key.descriptor], users: [bob.profile] }));
     try {
       await using net = await startNetwork({
-        servers: [server('alpha', { directoryFile, firstAttemptWaitMs: 200, s2sTimeoutMs: 1500, retryScheduleMs: '0,2000,4000', peerCheckAttempts: '2,3' })],
+        servers: [
+          server('alpha', {
+            directoryFile,
+            firstAttemptWaitMs: 200,
+            s2sTimeoutMs: 1500,
+            retryScheduleMs: '0,2000,4000',
+            peerCheckAttempts: '2,3',
+          }),
+        ],
       });
       const alpha = net.servers[0]!;
       const alice = makeUser('alice', ['alpha']);
@@ -321,13 +395,23 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       assert.equal(slow.held[0]!.payload.incomingBlobB64, m1.incomingBlobB64);
       slow.held.shift()!.answer();
       await deliveryEvent(a, m1.outgoingKey, 'delivered');
-      assert.deepEqual([(await deliveryRow(alpha, m1.outgoingKey))!.state, (await deliveryRow(alpha, m1.outgoingKey))!.attempt], ['delivered', 1]);
+      assert.deepEqual(
+        [(await deliveryRow(alpha, m1.outgoingKey))!.state, (await deliveryRow(alpha, m1.outgoingKey))!.attempt],
+        ['delivered', 1],
+      );
 
       // A call that is never answered fails after s2sTimeoutMs (1.5 s); the retry at 2 s delivers.
       const m2 = textPair(alice, 'bob');
       assert.equal((await sendPair(a, m2)).deliveryState, 'accepted');
-      await waitUntil(async () => (await metric(alpha, 'shine_s2s_errors_total', { peer: 'slowpoke' })) === 1, 5_000, 'the call timed out');
-      assert.deepEqual([(await deliveryRow(alpha, m2.outgoingKey))!.state, (await deliveryRow(alpha, m2.outgoingKey))!.attempt], ['accepted', 1]);
+      await waitUntil(
+        async () => (await metric(alpha, 'shine_s2s_errors_total', { peer: 'slowpoke' })) === 1,
+        5_000,
+        'the call timed out',
+      );
+      assert.deepEqual(
+        [(await deliveryRow(alpha, m2.outgoingKey))!.state, (await deliveryRow(alpha, m2.outgoingKey))!.attempt],
+        ['accepted', 1],
+      );
       slow.autoAnswer = true;
       // Attempt 2 may have reached slowpoke already, before the flag flipped.
       for (const c of slow.held.splice(0)) c.answer();
@@ -350,7 +434,12 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await net.stop(1);
 
     // An edit of a delivered message while beta is down: a new row for the new revision, which fails.
-    const edit1 = textPair(alice, 'bob', { timeMs: original.timeMs, nonce: original.nonce, revisionTimeMs: Date.now(), body: 'v1' });
+    const edit1 = textPair(alice, 'bob', {
+      timeMs: original.timeMs,
+      nonce: original.nonce,
+      revisionTimeMs: Date.now(),
+      body: 'v1',
+    });
     assert.equal(edit1.outgoingKey, original.outgoingKey);
     assert.equal((await sendPair(a, edit1)).deliveryState, 'accepted');
     const restarted = (await deliveryRow(alpha, edit1.outgoingKey))!;
@@ -362,7 +451,12 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // find alpha still backing off from beta's outage, so it is delivered by the first or second attempt.)
     const beta = await net.start(1);
     await using b = await connectUser(beta.wsUrl, bob);
-    const edit2 = textPair(alice, 'bob', { timeMs: original.timeMs, nonce: original.nonce, revisionTimeMs: edit1.outgoing.revisionTimeMs + 1, body: 'v2' });
+    const edit2 = textPair(alice, 'bob', {
+      timeMs: original.timeMs,
+      nonce: original.nonce,
+      revisionTimeMs: edit1.outgoing.revisionTimeMs + 1,
+      body: 'v2',
+    });
     const sentAt = Date.now();
     const answer = await sendPair(a, edit2);
     if (answer.deliveryState !== 'delivered') {
@@ -381,7 +475,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('a recipient on this server and another: delivered at once, and the other server gets the copy too (with its event)', async () => {
-    await using net = await startNetwork({ federate: true, servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('gamma')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('gamma')],
+    });
     const [alpha, gamma] = [net.servers[0]!, net.servers[1]!];
     const alice = makeUser('alice', ['alpha']);
     const bob = makeUser('bob', ['alpha', 'gamma']);
@@ -403,7 +500,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const bob = makeUser('bob', ['beta']);
     await using a = await connectUser(alpha.wsUrl, alice);
     await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
-    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered', 'through beta; alpha now holds bob’s profile');
+    assert.equal(
+      (await sendPair(a, textPair(alice, 'bob'))).deliveryState,
+      'delivered',
+      'through beta; alpha now holds bob’s profile',
+    );
 
     // bob moves to gamma; his old server is gone.
     bob.profile = profileFor(bob, { accessServers: ['gamma'], version: 2 });
@@ -416,7 +517,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('imports an unknown recipient’s profile from its access server, and only from a server its profile lists', async () => {
-    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta'), server('gamma')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha'), server('beta'), server('gamma')],
+    });
     const [alpha, beta, gamma] = [net.servers[0]!, net.servers[1]!, net.servers[2]!];
     const alice = makeUser('alice', ['alpha']);
     const bob = makeUser('bob', ['beta']);
@@ -444,10 +548,17 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await net.stop(1);
     const asked = await opCount(gamma, 'GetUserProfile');
     const toDave = textPair(alice, 'dave');
-    const refused = await a.request('SendMessagePair', { incomingBlobB64: toDave.incomingBlobB64, outgoingBlobB64: toDave.outgoingBlobB64 });
+    const refused = await a.request('SendMessagePair', {
+      incomingBlobB64: toDave.incomingBlobB64,
+      outgoingBlobB64: toDave.outgoingBlobB64,
+    });
     assert.equal(refused.ok, false);
     assert.equal(!refused.ok && refused.error.code, 'USER_NOT_FOUND');
-    assert.equal(await opCount(gamma, 'GetUserProfile'), asked + 1, 'alpha asked gamma, and refused its answer: gamma is not in dave’s accessServers');
+    assert.equal(
+      await opCount(gamma, 'GetUserProfile'),
+      asked + 1,
+      'alpha asked gamma, and refused its answer: gamma is not in dave’s accessServers',
+    );
     assert.equal(await alpha.ctx.store.getUser('dave'), null);
     assert.equal(await alpha.ctx.store.getCopy(toDave.outgoingKey), null, 'nothing stored');
     assert.equal(await deliveryRow(alpha, toDave.outgoingKey), null);

@@ -29,9 +29,36 @@ describe('PeerPool', () => {
           return;
         }
         // Junk first: none of it may crash the caller or settle the call.
-        for (const junk of ['null', '[]', '42', '"text"', '{"requestId": 7}', 'not json', JSON.stringify({ requestId: req.requestId + 'x', ok: true })]) ws.send(junk);
-        if (req.op === 'Fail') ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 403, ok: false, error: { code: 'NOT_PEER', message: 'no' } }));
-        else ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: { echo: req.payload } }));
+        for (const junk of [
+          'null',
+          '[]',
+          '42',
+          '"text"',
+          '{"requestId": 7}',
+          'not json',
+          JSON.stringify({ requestId: req.requestId + 'x', ok: true }),
+        ])
+          ws.send(junk);
+        if (req.op === 'Fail')
+          ws.send(
+            JSON.stringify({
+              op: req.op,
+              requestId: req.requestId,
+              status: 403,
+              ok: false,
+              error: { code: 'NOT_PEER', message: 'no' },
+            }),
+          );
+        else
+          ws.send(
+            JSON.stringify({
+              op: req.op,
+              requestId: req.requestId,
+              status: 200,
+              ok: true,
+              payload: { echo: req.payload },
+            }),
+          );
       });
     });
   });
@@ -77,7 +104,11 @@ describe('PeerPool', () => {
     slow.on('connection', (ws) => {
       ws.on('message', (data) => {
         const req = JSON.parse(String(data)) as { op: string; requestId: string };
-        held.push({ op: req.op, answer: () => ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: {} })) });
+        held.push({
+          op: req.op,
+          answer: () =>
+            ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: {} })),
+        });
       });
     });
     const clock = new ManualClock();

@@ -9,12 +9,23 @@ import { describe, it } from 'node:test';
 import { packBlobs } from '../../src/server/store/blobs.js';
 import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { startNetwork } from '../helpers/network.js';
-import { metricValue, outboxCounts, pairOf, replicationServer, seedFor, sendAll, syncNow } from '../helpers/replication.js';
+import {
+  metricValue,
+  outboxCounts,
+  pairOf,
+  replicationServer,
+  seedFor,
+  sendAll,
+  syncNow,
+} from '../helpers/replication.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 describe('replication: rows the owner does not own, or that do not verify', () => {
   it('are skipped and left unacked; the rest of the page is stored', async () => {
-    await using net = await startNetwork({ federate: true, servers: [replicationServer('alpha1'), replicationServer('alpha2')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2')],
+    });
     const [a1, a2] = [net.servers[0]!, net.servers[1]!];
     const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
     const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
@@ -25,7 +36,10 @@ describe('replication: rows the owner does not own, or that do not verify', () =
 
     const t = Date.now() - 10_000;
     const good = [1, 2, 3].map((nonce) => pairOf({ from: 'alice', to: 'carol', timeMs: t + nonce, nonce }));
-    await sendAll(aliceA1, good.map((pair) => ({ pair })));
+    await sendAll(
+      aliceA1,
+      good.map((pair) => ({ pair })),
+    );
 
     // Planted in alice's outbox on alpha1: carol's pair to dave (genuine, but not alice's), and a pair
     // of alice's whose signature is broken.
@@ -35,7 +49,9 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     tampered[tampered.length - 1]! ^= 1;
     const plant = (primaryKey: string, blobs: Uint8Array[], storedAtMs: number) =>
       (a1.ctx.store as SqliteStore).db.conn
-        .prepare('INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, 0)')
+        .prepare(
+          'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, 0)',
+        )
         .run('alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, packBlobs(blobs));
     plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
     plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);

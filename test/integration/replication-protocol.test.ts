@@ -39,7 +39,11 @@ const A1 = 0;
 const A2 = 1;
 const B = 2;
 const both = ['alpha1', 'alpha2'];
-const [alice, erin, fay] = ['alice', 'erin', 'fay'].map((login) => makeUser(login, both, seedFor(login))) as [ReturnType<typeof makeUser>, ReturnType<typeof makeUser>, ReturnType<typeof makeUser>];
+const [alice, erin, fay] = ['alice', 'erin', 'fay'].map((login) => makeUser(login, both, seedFor(login))) as [
+  ReturnType<typeof makeUser>,
+  ReturnType<typeof makeUser>,
+  ReturnType<typeof makeUser>,
+];
 const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
 const dave = makeUser('dave', ['bravo'], seedFor('dave'));
 
@@ -53,7 +57,10 @@ describe('replication protocol', () => {
   let carolA1: RawClient;
 
   before(async () => {
-    net = await startNetwork({ federate: true, servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')] });
+    net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')],
+    });
     for (const user of [alice, erin, fay]) {
       for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, user, `${user.login}-${i}`)).close();
     }
@@ -68,12 +75,15 @@ describe('replication protocol', () => {
   it('honours limit and maxBytes (a row larger than maxBytes comes alone) on both batch ops', async () => {
     await using erinA1 = await connectUser(srv(A1).wsUrl, erin, 'erin-a1');
     const t = Date.now() - 60_000;
-    const [s1, s2, s3, big, s4] = [20, 20, 20, 40_000, 20].map((bodyBytes, i) => pairOf({ from: 'erin', to: 'carol', timeMs: t + i, nonce: i }, { kind: 'text', bodyBytes }));
+    const [s1, s2, s3, big, s4] = [20, 20, 20, 40_000, 20].map((bodyBytes, i) =>
+      pairOf({ from: 'erin', to: 'carol', timeMs: t + i, nonce: i }, { kind: 'text', bodyBytes }),
+    );
     for (const p of [s1!, s2!, s3!, big!, s4!]) await sendAll(erinA1, [{ pair: p }]);
     await erinA1.call('SetUserSetting', { key: 'a', valueB64: toBase64(utf8('first')), updatedAtMs: t });
     await erinA1.call('SetUserSetting', { key: 'b', valueB64: toBase64(utf8('second')), updatedAtMs: t });
     await using asA2 = await connectAsServer(srv(A1).wsUrl, 'alpha2', 'alpha1');
-    const dm = (extra: object) => asA2.call<DmPage>('DmSyncBatch', { ownerLogin: 'erin', afterStoredAtMs: 0, afterMessageKey: '', ...extra });
+    const dm = (extra: object) =>
+      asA2.call<DmPage>('DmSyncBatch', { ownerLogin: 'erin', afterStoredAtMs: 0, afterMessageKey: '', ...extra });
 
     const limited = await dm({ limit: 2 });
     assert.deepEqual(keysOf(limited), [s1!.outgoingKey, s2!.outgoingKey]);
@@ -95,13 +105,25 @@ describe('replication protocol', () => {
     const p3 = await dm({ maxBytes, ...cursorAfter(p2) });
     assert.deepEqual([keysOf(p3), p3.hasMore], [[s4!.outgoingKey], false]);
     const p4 = await dm({ maxBytes, ...cursorAfter(p3) });
-    assert.deepEqual([p4.items, p4.hasMore, p4.nextStoredAtMs, p4.nextMessageKey], [[], false, p3.nextStoredAtMs, p3.nextMessageKey]);
+    assert.deepEqual(
+      [p4.items, p4.hasMore, p4.nextStoredAtMs, p4.nextMessageKey],
+      [[], false, p3.nextStoredAtMs, p3.nextMessageKey],
+    );
     assert.deepEqual(keysOf(await dm({ maxBytes: 1 })), [s1!.outgoingKey]);
 
-    const settings = (extra: object) => asA2.call<SettingsPage>('UserSettingsSyncBatch', { ownerLogin: 'erin', afterStoredAtMs: 0, afterKey: '', ...extra });
+    const settings = (extra: object) =>
+      asA2.call<SettingsPage>('UserSettingsSyncBatch', {
+        ownerLogin: 'erin',
+        afterStoredAtMs: 0,
+        afterKey: '',
+        ...extra,
+      });
     const one = await settings({ limit: 1 });
     assert.deepEqual([one.items.map((i) => [i.key, i.syncId]), one.hasMore], [[['a', `a:${t}`]], true]);
-    assert.deepEqual((await settings({ maxBytes: 1 })).items.map((i) => i.key), ['a']);
+    assert.deepEqual(
+      (await settings({ maxBytes: 1 })).items.map((i) => i.key),
+      ['a'],
+    );
     const rest = await settings({ afterStoredAtMs: one.nextStoredAtMs, afterKey: one.nextKey });
     assert.deepEqual([rest.items.map((i) => i.key), rest.hasMore], [['b'], false]);
     // Pages without ACKs change nothing.
@@ -122,14 +144,26 @@ describe('replication protocol', () => {
       assertError(await asA2.request(op, { ownerLogin: 'carol' }), 403, 'NOT_PEER');
       // dave is unknown to alpha1, then known (imported when carol writes to him) but not its user.
       assertError(await asA2.request(op, { ownerLogin: 'dave' }), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
-      assertError(await asA2.request(op, { ownerLogin: 'erin', sourceServerLogin: 'bravo', ackSyncIds: pending }), 403, 'SOURCE_MISMATCH');
+      assertError(
+        await asA2.request(op, { ownerLogin: 'erin', sourceServerLogin: 'bravo', ackSyncIds: pending }),
+        403,
+        'SOURCE_MISMATCH',
+      );
     }
     await sendAll(carolA1, [{ pair: pairOf({ from: 'carol', to: 'dave', timeMs: Date.now(), nonce: 1 }) }]);
     assertError(await asA2.request('DmSyncBatch', { ownerLogin: 'dave' }), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
     assertError(await asA2.request('MarkAllUserSettingsUnsynced', {}), 403, 'FORBIDDEN');
     await using bare = await connectRaw(srv(A1).wsUrl);
-    assertError(await bare.request('DmSyncBatch', { ownerLogin: 'erin', ackSyncIds: pending }), 401, 'NOT_AUTHENTICATED');
-    assertError(await carolA1.request('MarkAllUserSettingsUnsynced', { ownerLogin: 'carol' }), 401, 'NOT_AUTHENTICATED');
+    assertError(
+      await bare.request('DmSyncBatch', { ownerLogin: 'erin', ackSyncIds: pending }),
+      401,
+      'NOT_AUTHENTICATED',
+    );
+    assertError(
+      await carolA1.request('MarkAllUserSettingsUnsynced', { ownerLogin: 'carol' }),
+      401,
+      'NOT_AUTHENTICATED',
+    );
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'erin'), { owner: 'erin', synced: 0, unsynced: 5 });
 
     // A server that is not federated answers every server op with LOCAL_SERVER_NOT_CONFIGURED.
@@ -146,17 +180,31 @@ describe('replication protocol', () => {
       for (;;) {
         const got = await asA2.call<DmPage & SettingsPage>(op, { ownerLogin: 'erin', limit: 2, ...next });
         if (got.items.length === 0) break;
-        next = { afterStoredAtMs: got.nextStoredAtMs, afterMessageKey: got.nextMessageKey, afterKey: got.nextKey, ackSyncIds: got.items.map((i) => i.syncId) };
+        next = {
+          afterStoredAtMs: got.nextStoredAtMs,
+          afterMessageKey: got.nextMessageKey,
+          afterKey: got.nextKey,
+          ackSyncIds: got.items.map((i) => i.syncId),
+        };
       }
     }
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'erin'), { owner: 'erin', synced: 5, unsynced: 0 });
-    assert.deepEqual(await asA2.call('MarkAllUserSettingsUnsynced', { ownerLogin: 'erin' }), { updated: 2, dmUpdated: 5 });
+    assert.deepEqual(await asA2.call('MarkAllUserSettingsUnsynced', { ownerLogin: 'erin' }), {
+      updated: 2,
+      dmUpdated: 5,
+    });
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'erin'), { owner: 'erin', synced: 0, unsynced: 5 });
     assert.equal((await asA2.call<SettingsPage>('UserSettingsSyncBatch', { ownerLogin: 'erin' })).items.length, 2);
 
     // The admin route: rows that were already unsynced are not counted again.
-    assert.deepEqual(await adminCall(srv(A1).httpUrl, 'POST', '/admin/mark-unsynced?owner=erin'), { updated: 0, dmUpdated: 0 });
-    const wrong = await fetch(`${srv(A1).httpUrl}/admin/mark-unsynced?owner=erin`, { method: 'POST', headers: { authorization: 'Bearer nope' } });
+    assert.deepEqual(await adminCall(srv(A1).httpUrl, 'POST', '/admin/mark-unsynced?owner=erin'), {
+      updated: 0,
+      dmUpdated: 0,
+    });
+    const wrong = await fetch(`${srv(A1).httpUrl}/admin/mark-unsynced?owner=erin`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer nope' },
+    });
     assert.equal(wrong.status, 401);
   });
 
@@ -169,15 +217,32 @@ describe('replication protocol', () => {
 
     // A cycle fetches the page with revision 0 ...
     await using asA2 = await connectAsServer(srv(A1).wsUrl, 'alpha2', 'alpha1');
-    const page1 = await asA2.call<DmPage>('DmSyncBatch', { ownerLogin: 'alice', afterStoredAtMs: 0, afterMessageKey: '' });
-    assert.deepEqual(page1.items.map((i) => i.syncId), [`${m.outgoingKey}:0:0`]);
+    const page1 = await asA2.call<DmPage>('DmSyncBatch', {
+      ownerLogin: 'alice',
+      afterStoredAtMs: 0,
+      afterMessageKey: '',
+    });
+    assert.deepEqual(
+      page1.items.map((i) => i.syncId),
+      [`${m.outgoingKey}:0:0`],
+    );
     // ... alice edits the message before the page's ACK arrives ...
     const editAt = Date.now();
-    const edit = pairOf({ from: 'alice', to: 'carol', timeMs: t, nonce: 7, revisionTimeMs: editAt }, { kind: 'text', text: 'second version' });
+    const edit = pairOf(
+      { from: 'alice', to: 'carol', timeMs: t, nonce: 7, revisionTimeMs: editAt },
+      { kind: 'text', text: 'second version' },
+    );
     await sendAll(aliceA1, [{ pair: edit }]);
     // ... and the ACK of revision 0 leaves revision editAt unsynced: the same cycle's next page has it.
-    const page2 = await asA2.call<DmPage>('DmSyncBatch', { ownerLogin: 'alice', ...cursorAfter(page1), ackSyncIds: page1.items.map((i) => i.syncId) });
-    assert.deepEqual(page2.items.map((i) => [i.syncId, i.blobsB64]), [[`${m.outgoingKey}:${editAt}:0`, [edit.incomingBlobB64, edit.outgoingBlobB64]]]);
+    const page2 = await asA2.call<DmPage>('DmSyncBatch', {
+      ownerLogin: 'alice',
+      ...cursorAfter(page1),
+      ackSyncIds: page1.items.map((i) => i.syncId),
+    });
+    assert.deepEqual(
+      page2.items.map((i) => [i.syncId, i.blobsB64]),
+      [[`${m.outgoingKey}:${editAt}:0`, [edit.incomingBlobB64, edit.outgoingBlobB64]]],
+    );
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), { owner: 'alice', synced: 0, unsynced: 1 });
     // That cycle dies here, without acking the edit. alpha2's own next cycle (at start-up) delivers it.
     await asA2.close();
@@ -187,7 +252,10 @@ describe('replication protocol', () => {
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), { owner: 'alice', synced: 1, unsynced: 0 });
     await using aliceA2 = await connectUser(srv(A2).wsUrl, alice, 'alice-a2');
     const [item] = await fullHistory(aliceA2, 'carol');
-    assert.deepEqual([item?.messageKey, item?.revisionTimeMs, item?.blobB64], [m.outgoingKey, editAt, edit.outgoingBlobB64]);
+    assert.deepEqual(
+      [item?.messageKey, item?.revisionTimeMs, item?.blobB64],
+      [m.outgoingKey, editAt, edit.outgoingBlobB64],
+    );
   });
 
   it('a row committed behind the cursor while a cycle runs still arrives in that cycle (a second pass from the start)', async () => {
@@ -195,7 +263,10 @@ describe('replication protocol', () => {
     for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, gus, `gus-${i}`)).close();
     await using gusA1 = await connectUser(srv(A1).wsUrl, gus, 'gus-a1');
     const t = Date.now() - 60_000;
-    await sendAll(gusA1, [0, 1, 2].map((i) => ({ pair: pairOf({ from: 'gus', to: 'carol', timeMs: t + i, nonce: i }) })));
+    await sendAll(
+      gusA1,
+      [0, 1, 2].map((i) => ({ pair: pairOf({ from: 'gus', to: 'carol', timeMs: t + i, nonce: i }) })),
+    );
     // The race, made certain: right after alpha1 reads gus's first page, a pair commits with a storedAtMs
     // before that page's first row (as when its time was taken just before the read, in the same
     // millisecond). The cursor has passed it.
@@ -208,7 +279,13 @@ describe('replication protocol', () => {
       if (!injected && q.owner === 'gus' && page.items.length > 0) {
         injected = true;
         const nowMs = page.items[0]!.storedAtMs - 1;
-        await store.storePair({ incoming: late.incoming, outgoing: late.outgoing, nowMs, outbox: { owners: new Map([['gus', false]]) }, delivery: null });
+        await store.storePair({
+          incoming: late.incoming,
+          outgoing: late.outgoing,
+          nowMs,
+          outbox: { owners: new Map([['gus', false]]) },
+          delivery: null,
+        });
       }
       return page;
     };
@@ -216,7 +293,11 @@ describe('replication protocol', () => {
       const summary = await syncNow(srv(A2).httpUrl);
       assert.ok(injected);
       assert.equal(summary.errors, 0);
-      assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'gus'), { owner: 'gus', synced: 4, unsynced: 0 }, 'the late row was pulled and acked too');
+      assert.deepEqual(
+        await outboxCounts(srv(A1).httpUrl, 'gus'),
+        { owner: 'gus', synced: 4, unsynced: 0 },
+        'the late row was pulled and acked too',
+      );
       assert.ok(dmSnapshot(srv(A2), 'gus').copies.some((c) => c.key === late.outgoingKey));
     } finally {
       store.dmSyncPage = readPage;
@@ -227,7 +308,8 @@ describe('replication protocol', () => {
     // Settings travel only by sync, so with no cycle running the two servers cannot exchange them.
     await using fayA1 = await connectUser(srv(A1).wsUrl, fay, 'fay-a1');
     await using fayA2 = await connectUser(srv(A2).wsUrl, fay, 'fay-a2');
-    const set = (c: RawClient, key: string, value: string, updatedAtMs: number) => c.call('SetUserSetting', { key, valueB64: toBase64(utf8(value)), updatedAtMs });
+    const set = (c: RawClient, key: string, value: string, updatedAtMs: number) =>
+      c.call('SetUserSetting', { key, valueB64: toBase64(utf8(value)), updatedAtMs });
     const t = 1_774_700_000_000;
     await set(fayA1, 'k1', 'a1 newer', t + 2000);
     await set(fayA2, 'k1', 'a2 older', t + 1000);
@@ -253,13 +335,19 @@ describe('replication protocol', () => {
     ];
     for (const c of [fayA1, fayA2]) {
       const { items } = await c.call<OpResults['GetUserSettings']>('GetUserSettings', {});
-      assert.deepEqual(items.map((i) => [i.key, Buffer.from(fromBase64(i.valueB64)!).toString(), i.updatedAtMs]), expected);
+      assert.deepEqual(
+        items.map((i) => [i.key, Buffer.from(fromBase64(i.valueB64)!).toString(), i.updatedAtMs]),
+        expected,
+      );
     }
     // The deletion (an empty value) replicated too, and the rows are equal, not just the answers.
     assert.deepEqual(dmSnapshot(srv(A1), 'fay').settings, dmSnapshot(srv(A2), 'fay').settings);
     // Everything was acked both ways: another round moves no setting.
     const again = [await syncNow(srv(A2).httpUrl), await syncNow(srv(A1).httpUrl)];
-    assert.deepEqual(again.map((s) => s.settingsRows), [0, 0]);
+    assert.deepEqual(
+      again.map((s) => s.settingsRows),
+      [0, 0],
+    );
 
     // /metrics shows the last cycle.
     const url = srv(A1).httpUrl;
@@ -280,10 +368,16 @@ describe('replication protocol', () => {
     // 172 bytes of container around each body: 500 rows of exactly 6 000 bytes make 3 000 000.
     const t = Date.now() - 60_000;
     const pairs = Array.from({ length: 500 }, (_, i) =>
-      pairOf({ from: owner, to: peer, timeMs: t + i, nonce: 4_294_967_295 - i, revisionTimeMs: t + 1000 + i }, { kind: 'text', bodyBytes: 2828 }),
+      pairOf(
+        { from: owner, to: peer, timeMs: t + i, nonce: 4_294_967_295 - i, revisionTimeMs: t + 1000 + i },
+        { kind: 'text', bodyBytes: 2828 },
+      ),
     );
     assert.equal(rowBytes(pairs[0]!), 6000);
-    await sendAll(ownerA1, pairs.map((pair) => ({ pair })));
+    await sendAll(
+      ownerA1,
+      pairs.map((pair) => ({ pair })),
+    );
     await using asA2 = await connectAsServer(srv(A1).wsUrl, 'alpha2', 'alpha1');
     const answer = await asA2.request<DmPage>('DmSyncBatch', { ownerLogin: owner });
     assert.equal(answer.ok && answer.payload.items.length, 500);
@@ -299,10 +393,22 @@ describe('replication protocol', () => {
     assert.equal(ok.code, 0, ok.stderr);
     const shared = (await srv(A2).ctx.store.sharedUsers('alpha2', 'alpha1')).length;
     assert.ok(shared >= 4);
-    assert.match(ok.stdout, new RegExp(`^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); 0 error\\(s\\)\n$`));
+    assert.match(
+      ok.stdout,
+      new RegExp(
+        `^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); 0 error\\(s\\)\n$`,
+      ),
+    );
     const json = await cli(['sync', '--server', srv(A2).wsUrl, '--json'], { SHINE_ADMIN_TOKEN: ADMIN_TOKEN });
     assert.equal(json.code, 0, json.stderr);
-    assert.deepEqual(Object.keys(JSON.parse(json.stdout) as object).sort(), ['dmRows', 'durationMs', 'errors', 'peers', 'settingsRows', 'users']);
+    assert.deepEqual(Object.keys(JSON.parse(json.stdout) as object).sort(), [
+      'dmRows',
+      'durationMs',
+      'errors',
+      'peers',
+      'settingsRows',
+      'users',
+    ]);
     const denied = await cli(['sync', '--server', srv(A2).httpUrl, '--admin-token', 'wrong']);
     assert.equal(denied.code, 1);
     assert.match(denied.stderr, /answered 401/);
@@ -311,8 +417,14 @@ describe('replication protocol', () => {
 });
 
 /** Runs the CLI as a user would (TypeScript through tsx). */
-function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+function cli(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += String(d)));

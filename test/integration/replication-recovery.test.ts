@@ -42,7 +42,8 @@ import { waitUntil } from '../helpers/wait.js';
 import { startWsProxy } from '../helpers/ws-proxy.js';
 
 const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
-const directMessages = (c: RawClient) => c.events.filter((e) => e.op === 'DirectMessage').map((e) => (e.payload as { messageKey: string }).messageKey);
+const directMessages = (c: RawClient) =>
+  c.events.filter((e) => e.op === 'DirectMessage').map((e) => (e.payload as { messageKey: string }).messageKey);
 
 describe('replication: recovery', () => {
   it('a puller SIGKILLed after storing a page and before its ACK gets the page again and stores it once', async () => {
@@ -51,12 +52,25 @@ describe('replication: recovery', () => {
     const dir = mkdtempSync(join(tmpdir(), 'shine-replication-'));
     const configFile = join(dir, 'config.json');
     writeFileSync(configFile, JSON.stringify({ rateLimit: { perSecond: 1_000_000, burst: 1_000_000 } }));
-    const env = { SHINE_CONFIG_FILE: configFile, SHINE_ADMIN_TOKEN: ADMIN_TOKEN, SHINE_SYNC_INTERVAL_MS: '1000000000', SHINE_LOG_LEVEL: 'error' };
+    const env = {
+      SHINE_CONFIG_FILE: configFile,
+      SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
+      SHINE_SYNC_INTERVAL_MS: '1000000000',
+      SHINE_LOG_LEVEL: 'error',
+    };
     await using a1 = await startServerProcess({
       port: port1,
-      env: { ...env, SHINE_SERVER_LOGIN: 'alpha1', SHINE_PUBLIC_WS_URL: relay.wsUrl, SHINE_PEERS: `alpha2=ws://127.0.0.1:${port2}/ws` },
+      env: {
+        ...env,
+        SHINE_SERVER_LOGIN: 'alpha1',
+        SHINE_PUBLIC_WS_URL: relay.wsUrl,
+        SHINE_PEERS: `alpha2=ws://127.0.0.1:${port2}/ws`,
+      },
     });
-    await using a2 = await startServerProcess({ port: port2, env: { ...env, SHINE_SERVER_LOGIN: 'alpha2', SHINE_PEERS: `alpha1=ws://127.0.0.1:${port1}/ws` } });
+    await using a2 = await startServerProcess({
+      port: port2,
+      env: { ...env, SHINE_SERVER_LOGIN: 'alpha2', SHINE_PEERS: `alpha1=ws://127.0.0.1:${port1}/ws` },
+    });
     try {
       await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
       await a2.kill('SIGTERM');
@@ -64,7 +78,10 @@ describe('replication: recovery', () => {
       await (await connectUser(a1.wsUrl, makeUser('bob', ['alpha1'], seedFor('bob')), 'bob-a1')).close();
       const N = 1000; // two pages of 500
       const t = Date.now() - 600_000;
-      await sendAll(aliceA1, Array.from({ length: N }, (_, i) => ({ pair: pairOf({ from: 'alice', to: 'bob', timeMs: t + i, nonce: i }) })));
+      await sendAll(
+        aliceA1,
+        Array.from({ length: N }, (_, i) => ({ pair: pairOf({ from: 'alice', to: 'bob', timeMs: t + i, nonce: i }) })),
+      );
       // alpha1 forwards each pair to the stopped alpha2 (ReceiveOutcomingMessage); those calls wait out
       // its reconnect backoff before they fail. Let them end, so that only the puller brings rows.
       await callsToPeerEnded(a1.httpUrl, 'alpha2');
@@ -103,7 +120,10 @@ describe('replication: recovery', () => {
       assert.equal(served.flat().length, N + page1.length);
 
       await using aliceA2 = await connectUser(a2.wsUrl, alice, 'alice-a2');
-      assert.deepEqual((await fullHistory(aliceA2, 'bob')).map(historyView), (await fullHistory(aliceA1, 'bob')).map(historyView));
+      assert.deepEqual(
+        (await fullHistory(aliceA2, 'bob')).map(historyView),
+        (await fullHistory(aliceA1, 'bob')).map(historyView),
+      );
       await aliceA2.close();
       await a2.kill('SIGTERM');
       const done = dmSnapshotFromFile(join(a2.dataDir, 'shine.sqlite'), 'alice');
@@ -116,7 +136,10 @@ describe('replication: recovery', () => {
   });
 
   it('a server that lost its database is rebuilt by mark-unsynced on its peer and one cycle; nobody gets an old message again', async () => {
-    await using net = await startNetwork({ federate: true, servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')],
+    });
     const [A1, A2, B] = [0, 1, 2];
     const srv = (i: number) => net.servers[i]!;
     const bob = makeUser('bob', ['bravo'], seedFor('bob'));
@@ -124,22 +147,59 @@ describe('replication: recovery', () => {
     await using aliceA1 = await connectUser(srv(A1).wsUrl, alice, 'alice-a1');
     await using bobB = await connectUser(srv(B).wsUrl, bob, 'bob-b');
     const t = Date.now() - 600_000;
-    const fromAlice: Ref[] = Array.from({ length: 40 }, (_, i) => ({ from: 'alice', to: 'bob', timeMs: t + 2 * i, nonce: i }));
-    const fromBob: Ref[] = Array.from({ length: 40 }, (_, i) => ({ from: 'bob', to: 'alice', timeMs: t + 2 * i + 1, nonce: i }));
-    await Promise.all([sendAll(aliceA1, fromAlice.map((r) => ({ pair: pairOf(r) }))), sendAll(bobB, fromBob.map((r) => ({ pair: pairOf(r) })))]);
+    const fromAlice: Ref[] = Array.from({ length: 40 }, (_, i) => ({
+      from: 'alice',
+      to: 'bob',
+      timeMs: t + 2 * i,
+      nonce: i,
+    }));
+    const fromBob: Ref[] = Array.from({ length: 40 }, (_, i) => ({
+      from: 'bob',
+      to: 'alice',
+      timeMs: t + 2 * i + 1,
+      nonce: i,
+    }));
+    await Promise.all([
+      sendAll(
+        aliceA1,
+        fromAlice.map((r) => ({ pair: pairOf(r) })),
+      ),
+      sendAll(
+        bobB,
+        fromBob.map((r) => ({ pair: pairOf(r) })),
+      ),
+    ]);
     const now = Date.now();
-    await sendAll(bobB, [{ pair: pairOf({ from: 'bob', to: 'alice', timeMs: now, nonce: 900 }, { kind: 'receipt', target: fromAlice[3]!, readAtMs: now }) }]);
+    await sendAll(bobB, [
+      {
+        pair: pairOf(
+          { from: 'bob', to: 'alice', timeMs: now, nonce: 900 },
+          { kind: 'receipt', target: fromAlice[3]!, readAtMs: now },
+        ),
+      },
+    ]);
     await sendAll(aliceA1, [
       { pair: pairOf({ ...fromAlice[5]!, revisionTimeMs: now }, { kind: 'text', text: 'edited' }) },
-      { op: 'DeleteMessage', pair: pairOf({ from: 'alice', to: 'bob', timeMs: now, nonce: 901 }, { kind: 'deleteMessage', target: fromAlice[7]! }) },
+      {
+        op: 'DeleteMessage',
+        pair: pairOf(
+          { from: 'alice', to: 'bob', timeMs: now, nonce: 901 },
+          { kind: 'deleteMessage', target: fromAlice[7]! },
+        ),
+      },
     ]);
-    for (const key of ['theme', 'lang']) await aliceA1.call('SetUserSetting', { key, valueB64: toBase64(utf8(key)), updatedAtMs: now });
+    for (const key of ['theme', 'lang'])
+      await aliceA1.call('SetUserSetting', { key, valueB64: toBase64(utf8(key)), updatedAtMs: now });
     // Both servers level, every row acked.
     await syncNow(srv(A2).httpUrl);
     await syncNow(srv(A1).httpUrl);
     const before = dmSnapshot(srv(A1), 'alice');
     assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
-    assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), { owner: 'alice', synced: before.copies.length, unsynced: 0 });
+    assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), {
+      owner: 'alice',
+      synced: before.copies.length,
+      unsynced: 0,
+    });
     const historyA1 = await fullHistory(aliceA1, 'bob');
 
     // alpha2 loses its database; it keeps its name and key (configured), nothing else.
@@ -154,30 +214,49 @@ describe('replication: recovery', () => {
     const bravoReceived = await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage');
     const bobSaw = bobB.events.length;
 
-    assert.deepEqual(await adminCall(srv(A1).httpUrl, 'POST', '/admin/mark-unsynced?owner=alice'), { updated: 2, dmUpdated: before.copies.length });
+    assert.deepEqual(await adminCall(srv(A1).httpUrl, 'POST', '/admin/mark-unsynced?owner=alice'), {
+      updated: 2,
+      dmUpdated: before.copies.length,
+    });
     const summary = await syncNow(srv(A2).httpUrl);
     assert.deepEqual([summary.dmRows, summary.settingsRows, summary.errors], [before.copies.length, 2, 0]);
     assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
     assert.deepEqual((await fullHistory(aliceA2, 'bob')).map(historyView), historyA1.map(historyView));
-    assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), { owner: 'alice', synced: before.copies.length, unsynced: 0 });
+    assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), {
+      owner: 'alice',
+      synced: before.copies.length,
+      unsynced: 0,
+    });
 
     // Nothing old went out again: bravo was not called, bob saw nothing, alpha2 has nothing to deliver.
     assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived);
     assert.equal(bobB.events.length, bobSaw);
-    assert.deepEqual([await deliveryRows(srv(A2).httpUrl, 'accepted'), await deliveryRows(srv(A2).httpUrl, 'failed')], [[], []]);
+    assert.deepEqual(
+      [await deliveryRows(srv(A2).httpUrl, 'accepted'), await deliveryRows(srv(A2).httpUrl, 'failed')],
+      [[], []],
+    );
     assert.deepEqual(directMessages(aliceA2), []);
 
     // The rebuilt alpha2 works: alice's next message through it is the one thing bob gets.
-    const fresh = pairOf({ from: 'alice', to: 'bob', timeMs: Date.now(), nonce: 999 }, { kind: 'text', text: 'from the rebuilt server' });
+    const fresh = pairOf(
+      { from: 'alice', to: 'bob', timeMs: Date.now(), nonce: 999 },
+      { kind: 'text', text: 'from the rebuilt server' },
+    );
     const [answer] = await sendAll(aliceA2, [{ pair: fresh }]);
     assert.equal(answer!.deliveryState, 'delivered');
     const freshKey = `${fresh.baseKey}|1`;
-    await bobB.waitFor((f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === freshKey);
+    await bobB.waitFor(
+      (f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === freshKey,
+    );
     assert.deepEqual(directMessages(bobB).slice(-1), [freshKey]);
     assert.equal(bobB.events.length, bobSaw + 1);
     // alpha2 forwarded the pair to alpha1, which runs its own first attempt (SPEC §5.4): bravo is called
     // twice, stores once.
-    await waitUntil(async () => (await srv(A1).ctx.store.getDelivery(fresh.outgoingKey))?.state === 'delivered', 10_000, 'alpha1 delivered its copy of the pair');
+    await waitUntil(
+      async () => (await srv(A1).ctx.store.getDelivery(fresh.outgoingKey))?.state === 'delivered',
+      10_000,
+      'alpha1 delivered its copy of the pair',
+    );
     assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived + 2);
     assert.equal(bobB.events.length, bobSaw + 1, 'bob got it once');
   });

@@ -36,11 +36,15 @@ const B = 2;
 const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
 const bob = makeUser('bob', ['bravo'], seedFor('bob'));
 
-const directMessages = (c: RawClient) => c.events.filter((e) => e.op === 'DirectMessage').map((e) => (e.payload as { messageKey: string }).messageKey);
+const directMessages = (c: RawClient) =>
+  c.events.filter((e) => e.op === 'DirectMessage').map((e) => (e.payload as { messageKey: string }).messageKey);
 
 describe('replication: catch-up of an access server that was down', () => {
   it('one cycle brings alpha2 level with alpha1 (edits, receipts, deletes, settings), silently, and re-sends nothing', async () => {
-    await using net = await startNetwork({ federate: true, servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')] });
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2'), replicationServer('bravo')],
+    });
     const srv = (i: number) => net.servers[i]!;
     // alpha2 goes down before it ever hears of alice: it learns everything from the cycle below.
     await net.stop(A2);
@@ -49,11 +53,27 @@ describe('replication: catch-up of an access server that was down', () => {
 
     const N = 500;
     const base = Date.now() - 3_600_000;
-    const fromAlice: Ref[] = Array.from({ length: N }, (_, i) => ({ from: 'alice', to: 'bob', timeMs: base + 2 * i, nonce: i }));
-    const fromBob: Ref[] = Array.from({ length: N }, (_, i) => ({ from: 'bob', to: 'alice', timeMs: base + 2 * i + 1, nonce: i }));
+    const fromAlice: Ref[] = Array.from({ length: N }, (_, i) => ({
+      from: 'alice',
+      to: 'bob',
+      timeMs: base + 2 * i,
+      nonce: i,
+    }));
+    const fromBob: Ref[] = Array.from({ length: N }, (_, i) => ({
+      from: 'bob',
+      to: 'alice',
+      timeMs: base + 2 * i + 1,
+      nonce: i,
+    }));
     const [aliceAnswers] = await Promise.all([
-      sendAll(aliceA1, fromAlice.map((r) => ({ pair: pairOf(r) }))),
-      sendAll(bobB, fromBob.map((r) => ({ pair: pairOf(r) }))),
+      sendAll(
+        aliceA1,
+        fromAlice.map((r) => ({ pair: pairOf(r) })),
+      ),
+      sendAll(
+        bobB,
+        fromBob.map((r) => ({ pair: pairOf(r) })),
+      ),
     ]);
     assert.ok(aliceAnswers.every((a) => a.deliveryState === 'delivered'));
 
@@ -61,19 +81,68 @@ describe('replication: catch-up of an access server that was down', () => {
     const now = Date.now();
     let n = 100_000;
     const receipt = (reader: 'alice' | 'bob', target: Ref): Pair =>
-      pairOf({ from: reader, to: target.from, timeMs: now, nonce: n++ }, { kind: 'receipt', target, readAtMs: now - 1000 + n });
-    await sendAll(bobB, [12, 30, 31, 32, 33, 34].map((i) => ({ pair: receipt('bob', fromAlice[i]!) })));
-    await sendAll(aliceA1, [40, 41, 42, 43, 44].map((i) => ({ pair: receipt('alice', fromBob[i]!) })));
-    await sendAll(aliceA1, [10, 11, 12, 13, 14].map((i) => ({ pair: pairOf({ ...fromAlice[i]!, revisionTimeMs: now + i }, { kind: 'text', text: `edited ${i}` }) })));
-    await sendAll(bobB, [20, 21, 22].map((i) => ({ pair: pairOf({ ...fromBob[i]!, revisionTimeMs: now + i }, { kind: 'text', text: `bob edited ${i}` }) })));
+      pairOf(
+        { from: reader, to: target.from, timeMs: now, nonce: n++ },
+        { kind: 'receipt', target, readAtMs: now - 1000 + n },
+      );
+    await sendAll(
+      bobB,
+      [12, 30, 31, 32, 33, 34].map((i) => ({ pair: receipt('bob', fromAlice[i]!) })),
+    );
+    await sendAll(
+      aliceA1,
+      [40, 41, 42, 43, 44].map((i) => ({ pair: receipt('alice', fromBob[i]!) })),
+    );
+    await sendAll(
+      aliceA1,
+      [10, 11, 12, 13, 14].map((i) => ({
+        pair: pairOf({ ...fromAlice[i]!, revisionTimeMs: now + i }, { kind: 'text', text: `edited ${i}` }),
+      })),
+    );
+    await sendAll(
+      bobB,
+      [20, 21, 22].map((i) => ({
+        pair: pairOf({ ...fromBob[i]!, revisionTimeMs: now + i }, { kind: 'text', text: `bob edited ${i}` }),
+      })),
+    );
     await sendAll(aliceA1, [
-      { op: 'DeleteMessage', pair: pairOf({ from: 'alice', to: 'bob', timeMs: now, nonce: n++ }, { kind: 'deleteMessage', target: fromAlice[50]! }) },
-      { op: 'DeleteMessage', pair: pairOf({ from: 'alice', to: 'bob', timeMs: now, nonce: n++ }, { kind: 'deleteMessage', target: fromBob[51]! }) },
+      {
+        op: 'DeleteMessage',
+        pair: pairOf(
+          { from: 'alice', to: 'bob', timeMs: now, nonce: n++ },
+          { kind: 'deleteMessage', target: fromAlice[50]! },
+        ),
+      },
+      {
+        op: 'DeleteMessage',
+        pair: pairOf(
+          { from: 'alice', to: 'bob', timeMs: now, nonce: n++ },
+          { kind: 'deleteMessage', target: fromBob[51]! },
+        ),
+      },
       // Everything up to alice #2 / bob #2 (timeMs ≤ base + 5) goes.
-      { op: 'DeleteConversation', pair: pairOf({ from: 'alice', to: 'bob', timeMs: now, nonce: n++ }, { kind: 'deleteConversation', deleteBeforeMs: base + 5 }) },
+      {
+        op: 'DeleteConversation',
+        pair: pairOf(
+          { from: 'alice', to: 'bob', timeMs: now, nonce: n++ },
+          { kind: 'deleteConversation', deleteBeforeMs: base + 5 },
+        ),
+      },
     ]);
-    await sendAll(bobB, [{ op: 'DeleteMessage', pair: pairOf({ from: 'bob', to: 'alice', timeMs: now, nonce: n++ }, { kind: 'deleteMessage', target: fromBob[52]! }) }]);
-    await aliceA1.call('SetUserSetting', { key: 'theme', valueB64: toBase64(new Uint8Array([1, 2, 3])), updatedAtMs: now });
+    await sendAll(bobB, [
+      {
+        op: 'DeleteMessage',
+        pair: pairOf(
+          { from: 'bob', to: 'alice', timeMs: now, nonce: n++ },
+          { kind: 'deleteMessage', target: fromBob[52]! },
+        ),
+      },
+    ]);
+    await aliceA1.call('SetUserSetting', {
+      key: 'theme',
+      valueB64: toBase64(new Uint8Array([1, 2, 3])),
+      updatedAtMs: now,
+    });
 
     const before = dmSnapshot(srv(A1), 'alice');
     const historyA1 = await fullHistory(aliceA1, 'bob');
@@ -93,15 +162,24 @@ describe('replication: catch-up of an access server that was down', () => {
     const bobEvents = bobB.events.length;
 
     const summary = await syncNow(srv(A2).httpUrl);
-    assert.deepEqual({ ...summary, durationMs: 0 }, { peers: 1, users: 1, dmRows: unsynced, settingsRows: 1, errors: 0, durationMs: 0 });
+    assert.deepEqual(
+      { ...summary, durationMs: 0 },
+      { peers: 1, users: 1, dmRows: unsynced, settingsRows: 1, errors: 0, durationMs: 0 },
+    );
 
     // Level with alpha1: same copies (keys, revisions, read times, bytes), tombstones and settings.
     assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
     const historyA2 = await fullHistory(aliceA2, 'bob');
     assert.deepEqual(historyA2.map(historyView), historyA1.map(historyView));
-    assert.deepEqual(historyA2.map((i) => i.deliveryState), historyA1.map((i) => i.deliveryState));
+    assert.deepEqual(
+      historyA2.map((i) => i.deliveryState),
+      historyA1.map((i) => i.deliveryState),
+    );
     const edited = historyA2.find((i) => i.messageKey === aliceAnswers[12]!.outgoingKey);
-    assert.ok(edited && edited.revisionTimeMs > 0 && edited.readAtMs !== null, 'read before the edit, still read after it');
+    assert.ok(
+      edited && edited.revisionTimeMs > 0 && edited.readAtMs !== null,
+      'read before the edit, still read after it',
+    );
     // Each of alice's copies has its outbox row on alpha1 (a pair's row is its outgoing copy's), all acked now.
     assert.equal(unsynced, before.copies.length);
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), { owner: 'alice', synced: unsynced, unsynced: 0 });
@@ -117,23 +195,38 @@ describe('replication: catch-up of an access server that was down', () => {
     const marker = pairOf({ from: 'bob', to: 'alice', timeMs: Date.now(), nonce: 1 }, { kind: 'text', text: 'marker' });
     await sendAll(bobB, [{ pair: marker }]);
     const markerKey = `${marker.baseKey}|1`;
-    await aliceA2.waitFor((f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === markerKey);
+    await aliceA2.waitFor(
+      (f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === markerKey,
+    );
     assert.deepEqual(directMessages(aliceA2), [markerKey]);
     await aliceA2.call('AckSessionDelivery', { messageKeys: [markerKey] });
     await aliceA2.close();
 
     // ... and not replayed at her next login on this device: only what arrived live meanwhile is.
-    const marker2 = pairOf({ from: 'bob', to: 'alice', timeMs: Date.now(), nonce: 2 }, { kind: 'text', text: 'marker 2' });
+    const marker2 = pairOf(
+      { from: 'bob', to: 'alice', timeMs: Date.now(), nonce: 2 },
+      { kind: 'text', text: 'marker 2' },
+    );
     await sendAll(bobB, [{ pair: marker2 }]);
     const marker2Key = `${marker2.baseKey}|1`;
-    await waitUntil(() => dmSnapshot(srv(A2), 'alice').copies.some((c) => c.key === marker2Key), 5000, 'marker 2 on alpha2');
+    await waitUntil(
+      () => dmSnapshot(srv(A2), 'alice').copies.some((c) => c.key === marker2Key),
+      5000,
+      'marker 2 on alpha2',
+    );
     await using again = await connectUser(srv(A2).wsUrl, alice, 'alice-a2');
-    await again.waitFor((f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === marker2Key);
+    await again.waitFor(
+      (f) => f.op === 'DirectMessage' && (f.payload as { messageKey: string }).messageKey === marker2Key,
+    );
     assert.deepEqual(directMessages(again), [marker2Key]);
 
     // Every row was acked: the next cycle brings only the two markers, which bravo gave both servers
     // (alpha1's copies may still be on their way when alpha2's arrive).
-    await waitUntil(async () => (await outboxCounts(srv(A1).httpUrl, 'alice')).unsynced === 2, 10_000, 'both markers on alpha1');
+    await waitUntil(
+      async () => (await outboxCounts(srv(A1).httpUrl, 'alice')).unsynced === 2,
+      10_000,
+      'both markers on alpha1',
+    );
     const second = await syncNow(srv(A2).httpUrl);
     assert.deepEqual([second.dmRows, second.settingsRows, second.errors], [2, 0, 0]);
     assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived);
@@ -141,13 +234,21 @@ describe('replication: catch-up of an access server that was down', () => {
 
   it('synced pairs take their delivery state from the source: delivered there → delivered, past the hour → failed, else accepted (SPEC §6.8)', async () => {
     // One shared clock that the test can move two hours on; timers stay real.
-    const clock: Clock & { offsetMs: number } = { offsetMs: 0, now: () => Date.now() + clock.offsetMs, setTimer: (ms, fn) => systemClock.setTimer(ms, fn) };
+    const clock: Clock & { offsetMs: number } = {
+      offsetMs: 0,
+      now: () => Date.now() + clock.offsetMs,
+      setTimer: (ms, fn) => systemClock.setTimer(ms, fn),
+    };
     // No worker ticks after start-up: delivery rows change only where the test looks.
     const quiet = { workerTickMs: 1_000_000_000 };
     await using net = await startNetwork({
       federate: true,
       clock,
-      servers: [replicationServer('alpha1', quiet), replicationServer('alpha2', quiet), replicationServer('bravo', quiet)],
+      servers: [
+        replicationServer('alpha1', quiet),
+        replicationServer('alpha2', quiet),
+        replicationServer('bravo', quiet),
+      ],
     });
     const srv = (i: number) => net.servers[i]!;
     await net.stop(A2);
@@ -159,11 +260,16 @@ describe('replication: catch-up of an access server that was down', () => {
     assert.equal(delivered!.deliveryState, 'delivered');
     await net.stop(B);
     const old = await sendAll(aliceA1, [{ pair: m[1]! }, { pair: m[2]! }]);
-    assert.deepEqual(old.map((a) => a.deliveryState), ['accepted', 'accepted']);
+    assert.deepEqual(
+      old.map((a) => a.deliveryState),
+      ['accepted', 'accepted'],
+    );
     clock.offsetMs += 2 * 3_600_000;
     const [young] = await sendAll(aliceA1, [{ pair: m[3]! }]);
     assert.equal(young!.deliveryState, 'accepted');
-    const sourceRow = (await deliveryRows(srv(A1).httpUrl, 'accepted')).find((r) => r.outgoingKey === m[3]!.outgoingKey)!;
+    const sourceRow = (await deliveryRows(srv(A1).httpUrl, 'accepted')).find(
+      (r) => r.outgoingKey === m[3]!.outgoingKey,
+    )!;
     // alpha1's forwards to the stopped alpha2 end first: only the sync cycle brings the pairs there.
     await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
 
@@ -172,7 +278,8 @@ describe('replication: catch-up of an access server that was down', () => {
     await (await connectUser(srv(A2).wsUrl, alice, 'alice-a2')).close();
     const summary = await syncNow(srv(A2).httpUrl);
     assert.equal(summary.dmRows, 4);
-    const keys = async (state: 'accepted' | 'delivered' | 'failed') => (await deliveryRows(srv(A2).httpUrl, state)).map((r) => r.outgoingKey).sort();
+    const keys = async (state: 'accepted' | 'delivered' | 'failed') =>
+      (await deliveryRows(srv(A2).httpUrl, state)).map((r) => r.outgoingKey).sort();
     assert.deepEqual(await keys('delivered'), [m[0]!.outgoingKey]);
     assert.deepEqual(await keys('failed'), [m[1]!.outgoingKey, m[2]!.outgoingKey].sort());
     const [pending] = await deliveryRows(srv(A2).httpUrl, 'accepted');
@@ -193,14 +300,28 @@ describe('replication: catch-up of an access server that was down', () => {
     const carol = makeUser('carol', ['alpha2', 'charlie'], seedFor('carol'));
     const dave = makeUser('dave', ['alpha1', 'alpha2'], seedFor('dave'));
     // Everyone is known on each of their servers; then alpha2 goes down.
-    for (const [i, user] of [[A2, alice], [A2, carol], [C, carol], [A2, dave], [A1, dave]] as const) await (await connectUser(srv(i).wsUrl, user, `${user.login}-${i}`)).close();
+    for (const [i, user] of [
+      [A2, alice],
+      [A2, carol],
+      [C, carol],
+      [A2, dave],
+      [A1, dave],
+    ] as const)
+      await (await connectUser(srv(i).wsUrl, user, `${user.login}-${i}`)).close();
     await net.stop(A2);
     await using aliceA1 = await connectUser(srv(A1).wsUrl, alice, 'alice-a1');
     const t = Date.now() - 60_000;
     const toCarol = [0, 1, 2].map((i) => pairOf({ from: 'alice', to: 'carol', timeMs: t + i, nonce: i }));
     const toDave = [3, 4].map((i) => pairOf({ from: 'alice', to: 'dave', timeMs: t + i, nonce: i }));
-    const answers = await sendAll(aliceA1, [...toCarol, ...toDave].map((pair) => ({ pair })));
-    assert.deepEqual(answers.map((a) => a.deliveryState), ['delivered', 'delivered', 'delivered', 'delivered', 'delivered'], 'through charlie, or locally');
+    const answers = await sendAll(
+      aliceA1,
+      [...toCarol, ...toDave].map((pair) => ({ pair })),
+    );
+    assert.deepEqual(
+      answers.map((a) => a.deliveryState),
+      ['delivered', 'delivered', 'delivered', 'delivered', 'delivered'],
+      'through charlie, or locally',
+    );
     // The calls to the stopped alpha2 (deliveries, forwards) end before it is back: only sync brings the pairs.
     await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
     await net.start(A2);

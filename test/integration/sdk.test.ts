@@ -13,7 +13,12 @@ import { startNetwork } from '../helpers/network.js';
 import { waitUntil } from '../helpers/wait.js';
 
 /** Resolves with the first event of op that matches; subscribe before causing it. */
-function nextEvent<K extends keyof KnownEvents>(client: ShineClient, op: K, match: (p: EventPayload<K>) => boolean = () => true, timeoutMs = 5000): Promise<EventPayload<K>> {
+function nextEvent<K extends keyof KnownEvents>(
+  client: ShineClient,
+  op: K,
+  match: (p: EventPayload<K>) => boolean = () => true,
+  timeoutMs = 5000,
+): Promise<EventPayload<K>> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       off();
@@ -53,7 +58,11 @@ describe('SDK against a real server', () => {
     const reg = await ShineClient.connect(wsUrl, { WebSocket });
     for (const id of [alice, bob]) await reg.register(makeProfile(id, ['alpha'], 1, Date.now()));
     await reg.close();
-    [a, a2, b] = await Promise.all([session(alice, 'alice-phone'), session(alice, 'alice-laptop'), session(bob, 'bob-phone')]);
+    [a, a2, b] = await Promise.all([
+      session(alice, 'alice-phone'),
+      session(alice, 'alice-laptop'),
+      session(bob, 'bob-phone'),
+    ]);
   });
   after(async () => {
     await Promise.all([a, a2, b].map((c) => c?.close()));
@@ -91,7 +100,9 @@ describe('SDK against a real server', () => {
     const aliceView = await a.history('bob');
     assert.equal(aliceView.items.length, 1);
     assert.deepEqual(
-      (({ messageType, text, readAtMs, deliveryState }) => ({ messageType, text, readAtMs, deliveryState }))(aliceView.items[0]!),
+      (({ messageType, text, readAtMs, deliveryState }) => ({ messageType, text, readAtMs, deliveryState }))(
+        aliceView.items[0]!,
+      ),
       { messageType: 2, text: 'hello bob 👋', readAtMs, deliveryState: 'delivered' },
     );
     const bobView = await b.history('alice');
@@ -104,7 +115,10 @@ describe('SDK against a real server', () => {
     assert.ok(e.container.revisionTimeMs > 0);
     assert.equal(e.kind === 'text' && e.text, 'hello bob, edited');
     const afterEdit = await b.history('alice');
-    assert.deepEqual(afterEdit.items.map((i) => i.text), ['hello bob, edited']);
+    assert.deepEqual(
+      afterEdit.items.map((i) => i.text),
+      ['hello bob, edited'],
+    );
 
     const deleted = openNext(b, 5);
     await a.deleteMessage(sent);
@@ -117,10 +131,16 @@ describe('SDK against a real server', () => {
   it('deletes a conversation for both sides, and pages history', async () => {
     for (const text of ['one', 'two', 'three']) await b.sendText('alice', text);
     const page1 = await a.history('bob', { limit: 2 });
-    assert.deepEqual(page1.items.map((i) => i.text), ['three', 'two']);
+    assert.deepEqual(
+      page1.items.map((i) => i.text),
+      ['three', 'two'],
+    );
     assert.ok(page1.next);
     const page2 = await a.history('bob', { before: page1.next, limit: 2 });
-    assert.deepEqual(page2.items.map((i) => i.text), ['one']);
+    assert.deepEqual(
+      page2.items.map((i) => i.text),
+      ['one'],
+    );
     assert.equal(page2.next, null);
 
     const cleared = openNext(a, 7);
@@ -141,13 +161,21 @@ describe('SDK against a real server', () => {
 });
 
 /** Runs the CLI as a user would (TypeScript through tsx) and collects its output. */
-function cli(args: string[]): { done: Promise<{ code: number | null; stdout: string; stderr: string }>; stdout: () => string; kill: (signal?: NodeJS.Signals) => void } {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+function cli(args: string[]): {
+  done: Promise<{ code: number | null; stdout: string; stderr: string }>;
+  stdout: () => string;
+  kill: (signal?: NodeJS.Signals) => void;
+} {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += String(d)));
   child.stderr.on('data', (d: Buffer) => (stderr += String(d)));
-  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.on('close', (code) => resolve({ code, stdout, stderr })),
+  );
   return { done, stdout: () => stdout, kill: (signal = 'SIGTERM') => void child.kill(signal) };
 }
 
@@ -157,13 +185,24 @@ async function run(args: string[]): Promise<string> {
   return r.stdout;
 }
 
-const until = (condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> => waitUntil(condition, timeoutMs, what);
+const until = (condition: () => boolean, what: string, timeoutMs = 15_000): Promise<void> =>
+  waitUntil(condition, timeoutMs, what);
 
 describe('CLI smoke test', () => {
   it('serve starts a server and stops on SIGINT', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'shine-serve-'));
     try {
-      const serve = cli(['serve', '--port', '0', '--data-dir', dataDir, '--server-login', 'gamma', '--log-level', 'silent']);
+      const serve = cli([
+        'serve',
+        '--port',
+        '0',
+        '--data-dir',
+        dataDir,
+        '--server-login',
+        'gamma',
+        '--log-level',
+        'silent',
+      ]);
       await until(() => /serving on http:\/\/127\.0\.0\.1:\d+/.test(serve.stdout()), 'serve to listen');
       const wsUrl = /WebSocket (ws:\S+)\)/.exec(serve.stdout())![1]!;
       const client = await ShineClient.connect(wsUrl, { WebSocket });
@@ -184,15 +223,24 @@ describe('CLI smoke test', () => {
       const file = (login: string): string => join(dir, `${login}.identity.json`);
       for (const login of ['carol', 'dave']) {
         assert.match(await run(['identity', 'create', '--login', login, '--out', file(login)]), /created identity/);
-        assert.match(await run(['register', '--identity', file(login), '--server', server]), new RegExp(`registered ${login} on beta`));
+        assert.match(
+          await run(['register', '--identity', file(login), '--server', server]),
+          new RegExp(`registered ${login} on beta`),
+        );
       }
       const watch = cli(['watch', '--identity', file('dave'), '--server', server]);
       await until(() => watch.stdout().includes('watching dave'), 'watch to start');
-      assert.match(await run(['send', '--identity', file('carol'), '--server', server, '--to', 'dave', 'hi dave']), /^sent carol\|dave\|\d+\|\d+\|2 delivered/);
+      assert.match(
+        await run(['send', '--identity', file('carol'), '--server', server, '--to', 'dave', 'hi dave']),
+        /^sent carol\|dave\|\d+\|\d+\|2 delivered/,
+      );
       await until(() => watch.stdout().includes('message carol → dave: "hi dave"'), 'watch to print the message');
       watch.kill();
       assert.equal((await watch.done).code, 0);
-      assert.match(await run(['history', '--identity', file('carol'), '--server', server, '--with', 'dave']), /carol → dave: "hi dave" \[delivered\]/);
+      assert.match(
+        await run(['history', '--identity', file('carol'), '--server', server, '--with', 'dave']),
+        /carol → dave: "hi dave" \[delivered\]/,
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

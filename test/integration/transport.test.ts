@@ -27,7 +27,11 @@ async function settingKeys(client: RawClient): Promise<string[]> {
   return items.map((i) => i.key);
 }
 
-const setting = (key: string, valueB64 = toBase64(new Uint8Array([1, 2, 3]))) => ({ key, valueB64, updatedAtMs: 1_774_700_000_000 });
+const setting = (key: string, valueB64 = toBase64(new Uint8Array([1, 2, 3]))) => ({
+  key,
+  valueB64,
+  updatedAtMs: 1_774_700_000_000,
+});
 
 describe('transport: frames and envelopes', () => {
   let net: TestNetwork;
@@ -81,7 +85,9 @@ describe('transport: frames and envelopes', () => {
       assert.match((c.frames[seen] as ErrorResponse).error.message, /requestId/);
     }
     const longest = 'r'.repeat(128);
-    assertError(await c.request('GetUserProfile', { login: 'nobody' }, { requestId: longest }), 404, 'USER_NOT_FOUND', { requestId: longest });
+    assertError(await c.request('GetUserProfile', { login: 'nobody' }, { requestId: longest }), 404, 'USER_NOT_FOUND', {
+      requestId: longest,
+    });
     await assertSessionWorks(bystander);
   });
 
@@ -99,10 +105,16 @@ describe('transport: frames and envelopes', () => {
 
   it('answers UNKNOWN_OP (404) to an op nobody registered', async () => {
     await using c = await connectRaw(server.wsUrl);
-    assertError(await c.request('NoSuchOp', {}, { requestId: 'r-unknown' }), 404, 'UNKNOWN_OP', { op: 'NoSuchOp', requestId: 'r-unknown' });
+    assertError(await c.request('NoSuchOp', {}, { requestId: 'r-unknown' }), 404, 'UNKNOWN_OP', {
+      op: 'NoSuchOp',
+      requestId: 'r-unknown',
+    });
     // A name longer than any op's is unknown too; the answer echoes its first 128 characters.
     const long = 'X'.repeat(300);
-    assertError(await c.request(long, {}, { requestId: 'r-long' }), 404, 'UNKNOWN_OP', { op: long.slice(0, 128), requestId: 'r-long' });
+    assertError(await c.request(long, {}, { requestId: 'r-long' }), 404, 'UNKNOWN_OP', {
+      op: long.slice(0, 128),
+      requestId: 'r-long',
+    });
     assertError(await c.request('GetUserProfile', { login: 'nobody' }), 404, 'USER_NOT_FOUND');
     await assertSessionWorks(bystander);
   });
@@ -111,7 +123,9 @@ describe('transport: frames and envelopes', () => {
     const user = makeUser('early', ['alpha']);
     await using c = await connectRaw(server.wsUrl);
     await c.call('RegisterUser', { profile: user.profile });
-    assertError(await c.request('SetUserSetting', setting('theme')), 401, 'NOT_AUTHENTICATED', { op: 'SetUserSetting' });
+    assertError(await c.request('SetUserSetting', setting('theme')), 401, 'NOT_AUTHENTICATED', {
+      op: 'SetUserSetting',
+    });
     assertError(await c.request('GetConversations', {}), 401, 'NOT_AUTHENTICATED');
     assert.equal((await login(c, user)).status, 200);
     assert.deepEqual(await settingKeys(c), []);
@@ -122,9 +136,13 @@ describe('transport: frames and envelopes', () => {
     const user = makeUser('bigsender', ['alpha']);
     await using c = await connectUser(server.wsUrl, user);
     const big = setting('huge', 'A'.repeat(MAX_CLIENT_FRAME));
-    assertError(await c.request('SetUserSetting', big, { requestId: 'r-big' }), 413, 'TOO_LARGE', { op: 'SetUserSetting', requestId: 'r-big' });
+    assertError(await c.request('SetUserSetting', big, { requestId: 'r-big' }), 413, 'TOO_LARGE', {
+      op: 'SetUserSetting',
+      requestId: 'r-big',
+    });
     // Just under the limit passes the size check (the unknown field is dropped by the schema).
-    const frame = (pad: string) => JSON.stringify({ op: 'GetUserProfile', requestId: 'r-edge', payload: { login: 'nobody', pad } });
+    const frame = (pad: string) =>
+      JSON.stringify({ op: 'GetUserProfile', requestId: 'r-edge', payload: { login: 'nobody', pad } });
     const pad = 'x'.repeat(MAX_CLIENT_FRAME - frame('').length);
     assert.equal(Buffer.byteLength(frame(pad)), MAX_CLIENT_FRAME);
     c.sendText(frame(pad));
@@ -153,7 +171,9 @@ describe('transport: frames and envelopes', () => {
 
   it('answers pipelined requests independently', async () => {
     await using c = await connectRaw(server.wsUrl);
-    const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => c.request('GetUserProfile', { login: i % 2 ? 'bystander' : 'nobody' })));
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => c.request('GetUserProfile', { login: i % 2 ? 'bystander' : 'nobody' })),
+    );
     answers.forEach((a, i) => assert.equal(a.status, i % 2 ? 200 : 404));
   });
 
@@ -163,7 +183,11 @@ describe('transport: frames and envelopes', () => {
     assert.equal(server.ctx.hub.sessionsOf('leaver').length, 1);
     const before = server.ctx.hub.size;
     await c.close();
-    await waitUntil(() => server.ctx.hub.sessionsOf('leaver').length === 0 && server.ctx.hub.size === before - 1, 5_000, 'session removed');
+    await waitUntil(
+      () => server.ctx.hub.sessionsOf('leaver').length === 0 && server.ctx.hub.size === before - 1,
+      5_000,
+      'session removed',
+    );
     await assertSessionWorks(bystander);
   });
 
@@ -194,7 +218,10 @@ describe('transport: per-connection rate limit', () => {
     const user = makeUser('chatty', ['alpha']);
     await using c = await connectUser(server.wsUrl, user);
     for (let i = 0; i < 3; i++) assert.equal((await c.request('GetUserProfile', { login: 'chatty' })).status, 200);
-    assertError(await c.request('SetUserSetting', setting('theme'), { requestId: 'r-limited' }), 429, 'RATE_LIMITED', { op: 'SetUserSetting', requestId: 'r-limited' });
+    assertError(await c.request('SetUserSetting', setting('theme'), { requestId: 'r-limited' }), 429, 'RATE_LIMITED', {
+      op: 'SetUserSetting',
+      requestId: 'r-limited',
+    });
     assertError(await c.request('GetUserProfile', { login: 'chatty' }), 429, 'RATE_LIMITED');
     assert.ok(c.isOpen);
     // The limit is per connection: the bystander has its own bucket.
@@ -210,7 +237,9 @@ describe('transport: HTTP', () => {
   let gated: RunningServer;
 
   before(async () => {
-    net = await startNetwork({ servers: [{ serverLogin: 'open1' }, { serverLogin: 'gated', adminToken: ADMIN_TOKEN }] });
+    net = await startNetwork({
+      servers: [{ serverLogin: 'open1' }, { serverLogin: 'gated', adminToken: ADMIN_TOKEN }],
+    });
     [open, gated] = net.servers as [RunningServer, RunningServer];
   });
   after(() => net.close());
@@ -254,10 +283,21 @@ describe('transport: HTTP', () => {
   });
 
   it('/admin and /debug are 401 with a missing or wrong token, and pass the gate with the right one', async () => {
-    for (const [path, past] of [['/admin', 404], ['/debug/delivery', 200]] as const) {
+    for (const [path, past] of [
+      ['/admin', 404],
+      ['/debug/delivery', 200],
+    ] as const) {
       assert.equal((await fetch(`${gated.httpUrl}${path}`)).status, 401, path);
-      assert.equal((await fetch(`${gated.httpUrl}${path}`, { headers: { authorization: 'Bearer wrong' } })).status, 401, path);
-      assert.equal((await fetch(`${gated.httpUrl}${path}`, { headers: { authorization: ADMIN_TOKEN } })).status, 401, path);
+      assert.equal(
+        (await fetch(`${gated.httpUrl}${path}`, { headers: { authorization: 'Bearer wrong' } })).status,
+        401,
+        path,
+      );
+      assert.equal(
+        (await fetch(`${gated.httpUrl}${path}`, { headers: { authorization: ADMIN_TOKEN } })).status,
+        401,
+        path,
+      );
       // Past the gate: a real route answers, a path that is no route is 404.
       const ok = await fetch(`${gated.httpUrl}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
       assert.equal(ok.status, past, path);

@@ -76,7 +76,10 @@ describe('two workers sharing one SQLite database', () => {
     const started = await Promise.allSettled([
       startServerProcess({ port: pA1!, env: alpha }),
       startServerProcess({ port: pA2!, env: alpha }),
-      startServerProcess({ port: pB!, env: { SHINE_LOG_LEVEL: logLevel, SHINE_SERVER_LOGIN: 'beta', SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws` } }),
+      startServerProcess({
+        port: pB!,
+        env: { SHINE_LOG_LEVEL: logLevel, SHINE_SERVER_LOGIN: 'beta', SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws` },
+      }),
     ]);
     for (const s of started) if (s.status === 'fulfilled') servers.push(s.value);
     const failed = started.find((s) => s.status === 'rejected');
@@ -94,14 +97,19 @@ describe('two workers sharing one SQLite database', () => {
     const both = async (name: string, labels: Record<string, string> = {}) =>
       (await metricSum(a1.httpUrl, name, labels)) + (await metricSum(a2.httpUrl, name, labels));
     const receiveCalls = () => metricSum(b.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' });
-    const idle = async () => (await both('shine_delivery_attempts_running')) === 0 && (await both('shine_delivery_queue_depth')) === 0;
+    const idle = async () =>
+      (await both('shine_delivery_attempts_running')) === 0 && (await both('shine_delivery_queue_depth')) === 0;
 
     clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bob-phone'));
     const aliceOnA1 = await connectIdentity(a1.wsUrl, alice, ['alpha'], 'alice-phone');
     clients.push(aliceOnA1);
     const warm = await aliceOnA1.sendText('bob', 'warm-up');
     // Only what comes after the warm-up is counted: its row must be settled and the workers idle.
-    await waitUntil(async () => (await store.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()), 15_000, 'warm-up delivered');
+    await waitUntil(
+      async () => (await store.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()),
+      15_000,
+      'warm-up delivered',
+    );
     const callsBefore = await receiveCalls();
     const errorsBefore = await both('shine_s2s_errors_total');
     const attemptsBefore = await both('shine_delivery_attempts_total');
@@ -109,7 +117,9 @@ describe('two workers sharing one SQLite database', () => {
 
     const bobKey = { login: 'bob', encKey: Buffer.from(bob.encPublicKey) };
     const now = Date.now();
-    const pairs = Array.from({ length: ROWS }, (_, i) => textPair(alice, bobKey, `row ${i}`, { timeMs: now - ROWS + i }));
+    const pairs = Array.from({ length: ROWS }, (_, i) =>
+      textPair(alice, bobKey, `row ${i}`, { timeMs: now - ROWS + i }),
+    );
     // One burst in one turn of the event loop: the store's group commit writes it in a few transactions.
     const stored = await Promise.all(
       pairs.map((p) =>
@@ -124,7 +134,11 @@ describe('two workers sharing one SQLite database', () => {
     );
     assert.ok(stored.every((r) => r.outgoing.outcome === 'inserted' && r.deliveryState === 'accepted'));
 
-    await waitUntil(async () => (await store.countDeliveriesByState()).accepted === 0 && (await idle()), 45_000, 'every row terminal and both workers idle');
+    await waitUntil(
+      async () => (await store.countDeliveriesByState()).accepted === 0 && (await idle()),
+      45_000,
+      'every row terminal and both workers idle',
+    );
 
     assert.deepEqual(await store.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
     const rows = await Promise.all(stored.map((r) => store.getDelivery(r.outgoing.messageKey)));
@@ -136,11 +150,20 @@ describe('two workers sharing one SQLite database', () => {
     const calls = (await receiveCalls()) - callsBefore;
     const byA1 = await metricSum(a1.httpUrl, 'shine_delivery_attempts_total', { outcome: 'delivered' });
     const byA2 = await metricSum(a2.httpUrl, 'shine_delivery_attempts_total', { outcome: 'delivered' });
-    t.diagnostic(`delivered by A1 ${byA1}, by A2 ${byA2}; calls at B ${calls} for ${ROWS} rows; timed-out calls ${timedOut}`);
+    t.diagnostic(
+      `delivered by A1 ${byA1}, by A2 ${byA2}; calls at B ${calls} for ${ROWS} rows; timed-out calls ${timedOut}`,
+    );
 
     assert.equal(byA1 + byA2 - deliveredBefore, ROWS, 'one successful attempt per row');
-    assert.equal((await both('shine_delivery_attempts_total')) - attemptsBefore, ROWS + timedOut, 'attempts = rows + retries of timed-out calls');
-    assert.ok(calls >= ROWS && calls <= ROWS + timedOut, `ReceiveIncomingMessage calls at B (${calls}) = rows (${ROWS}) + at most the timed-out calls (${timedOut})`);
+    assert.equal(
+      (await both('shine_delivery_attempts_total')) - attemptsBefore,
+      ROWS + timedOut,
+      'attempts = rows + retries of timed-out calls',
+    );
+    assert.ok(
+      calls >= ROWS && calls <= ROWS + timedOut,
+      `ReceiveIncomingMessage calls at B (${calls}) = rows (${ROWS}) + at most the timed-out calls (${timedOut})`,
+    );
     assert.ok(byA1 > 0 && byA2 > 0, 'both workers took part');
   });
 });

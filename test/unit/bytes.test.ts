@@ -17,7 +17,24 @@ describe('base64: the Buffer fast path and the portable (browser) code agree', (
   });
 
   it('reject the same non-canonical, padded-wrong or foreign texts', () => {
-    const samples = ['', 'QQ==', 'QR==', 'QQ=', 'QQ', 'Q===', 'QUJD', 'QUJ', 'QU JD', 'QUJD\n', '-_-_', 'QUI=', 'QUJ=', '====', 'QQ==QQ==', 'ü+++'];
+    const samples = [
+      '',
+      'QQ==',
+      'QR==',
+      'QQ=',
+      'QQ',
+      'Q===',
+      'QUJD',
+      'QUJ',
+      'QU JD',
+      'QUJD\n',
+      '-_-_',
+      'QUI=',
+      'QUJ=',
+      '====',
+      'QQ==QQ==',
+      'ü+++',
+    ];
     for (const s of samples) assert.deepEqual(fromBase64(s), portableFromBase64(s), JSON.stringify(s));
     fc.assert(
       fc.property(fc.string({ maxLength: 12 }), (s) => {

@@ -9,9 +9,15 @@ function stubServer(): Promise<{ url: string; wss: WebSocketServer }> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
   wss.on('connection', (socket) => {
     socket.on('message', (data) => {
-      const req = JSON.parse(String(data)) as { op: string; requestId: string; payload: { delayMs?: number; op?: string; payload?: unknown } };
-      const answer = (frame: object): void => socket.send(JSON.stringify({ op: req.op, requestId: req.requestId, ...frame }));
-      if (req.op === 'Echo') setTimeout(() => answer({ status: 200, ok: true, payload: req.payload }), req.payload.delayMs ?? 0);
+      const req = JSON.parse(String(data)) as {
+        op: string;
+        requestId: string;
+        payload: { delayMs?: number; op?: string; payload?: unknown };
+      };
+      const answer = (frame: object): void =>
+        socket.send(JSON.stringify({ op: req.op, requestId: req.requestId, ...frame }));
+      if (req.op === 'Echo')
+        setTimeout(() => answer({ status: 200, ok: true, payload: req.payload }), req.payload.delayMs ?? 0);
       else if (req.op === 'Emit') {
         socket.send(JSON.stringify({ op: req.payload.op, event: true, status: 200, payload: req.payload.payload }));
         answer({ status: 200, ok: true, payload: {} });
@@ -64,7 +70,10 @@ describe('ShineClient transport', () => {
     const seen: unknown[] = [];
     const off = client.on('DmDeliveryStateChanged', (p) => seen.push(p.deliveryState));
     client.on('Other', (p) => seen.push(p));
-    await client.call('Emit', { op: 'DmDeliveryStateChanged', payload: { baseKey: 'b', outgoingKey: 'o', deliveryState: 'delivered' } });
+    await client.call('Emit', {
+      op: 'DmDeliveryStateChanged',
+      payload: { baseKey: 'b', outgoingKey: 'o', deliveryState: 'delivered' },
+    });
     await client.call('Emit', { op: 'Other', payload: 7 });
     off();
     await client.call('Emit', { op: 'DmDeliveryStateChanged', payload: { deliveryState: 'failed' } });

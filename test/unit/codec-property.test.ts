@@ -52,7 +52,9 @@ function bodyOf(type: MessageType, maxText: number): fc.Arbitrary<{ body: Uint8A
       return fc.uint8Array({ minLength: 1, maxLength: maxText }).map((body) => ({ body, parsed: null }));
     case 3:
     case 4:
-      return fc.record({ readAtMs: u64, targetTimeMs: u64, targetNonce: u32 }).map((r) => ({ body: encodeReceiptBody(r), parsed: { ...r } }));
+      return fc
+        .record({ readAtMs: u64, targetTimeMs: u64, targetNonce: u32 })
+        .map((r) => ({ body: encodeReceiptBody(r), parsed: { ...r } }));
     case 5:
     case 6:
       return fc
@@ -60,7 +62,9 @@ function bodyOf(type: MessageType, maxText: number): fc.Arbitrary<{ body: Uint8A
         .map((r) => ({ body: encodeDeleteMessageBody(r), parsed: { ...r } }));
     case 7:
     case 8:
-      return fc.record({ deleteBeforeMs: u64 }).map((r) => ({ body: encodeDeleteConversationBody(r), parsed: { ...r } }));
+      return fc
+        .record({ deleteBeforeMs: u64 })
+        .map((r) => ({ body: encodeDeleteConversationBody(r), parsed: { ...r } }));
   }
 }
 
@@ -84,7 +88,9 @@ function fieldsArb(maxText: number): fc.Arbitrary<{ fields: ContainerFields; par
 }
 
 /** A valid signed container with its signer's public key. */
-const signedArb = fc.tuple(fieldsArb(64), seed).map(([{ fields }, s]) => ({ c: encodeSigned(fields, s), publicKey: ed25519PublicKey(s) }));
+const signedArb = fc
+  .tuple(fieldsArb(64), seed)
+  .map(([{ fields }, s]) => ({ c: encodeSigned(fields, s), publicKey: ed25519PublicKey(s) }));
 
 // ---- helpers ----
 
@@ -124,7 +130,10 @@ describe('round trip', () => {
         const c = encodeSigned(fields, signer);
         const d = decodeContainer(c.bytes);
         const { body, ...header } = fields;
-        assert.deepEqual({ ...d, body: null, signature: null, bytes: null, signedLength: null }, { ...header, body: null, signature: null, bytes: null, signedLength: null });
+        assert.deepEqual(
+          { ...d, body: null, signature: null, bytes: null, signedLength: null },
+          { ...header, body: null, signature: null, bytes: null, signedLength: null },
+        );
         assert.ok(bytesEqual(d.body, body));
         assert.ok(bytesEqual(d.signature, c.signature));
         assert.equal(d.signedLength, c.signedLength);
@@ -152,7 +161,12 @@ describe('round trip', () => {
   });
 
   it('the parsers accept only the strings the key builders write', () => {
-    const piece = fc.oneof(login, fc.stringMatching(/^-?[0-9]{0,17}$/), fc.constantFrom('0', '00', '4294967295', '4294967296', '9007199254740991', '9007199254740992'), fc.string({ maxLength: 6 }));
+    const piece = fc.oneof(
+      login,
+      fc.stringMatching(/^-?[0-9]{0,17}$/),
+      fc.constantFrom('0', '00', '4294967295', '4294967296', '9007199254740991', '9007199254740992'),
+      fc.string({ maxLength: 6 }),
+    );
     fc.assert(
       fc.property(fc.array(piece, { minLength: 4, maxLength: 6 }), fc.integer({ min: 0, max: 10 }), (parts, t) => {
         const key = [...parts.slice(0, 4), String(t)].join('|');
@@ -175,7 +189,9 @@ describe('round trip', () => {
       }),
       { numRuns: 1000 },
     );
-    const chars = fc.constantFrom(...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ \n'.split(''));
+    const chars = fc.constantFrom(
+      ...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ \n'.split(''),
+    );
     fc.assert(
       fc.property(fc.array(chars, { maxLength: 16 }), (cs) => {
         const text = cs.join('');
@@ -210,7 +226,11 @@ describe('every single-byte change is rejected', () => {
   it('the SPEC vector: bits 0 and 7 of each position (noble, the client verifier)', () => {
     for (let at = 0; at < VECTOR.length; at++) {
       for (const mask of [0x01, 0x80]) {
-        assert.equal(accepted(withByte(VECTOR, at, VECTOR[at]! ^ mask), VECTOR_KEY, nobleVerifier), false, describeChange(at, VECTOR[at]!, VECTOR[at]! ^ mask));
+        assert.equal(
+          accepted(withByte(VECTOR, at, VECTOR[at]! ^ mask), VECTOR_KEY, nobleVerifier),
+          false,
+          describeChange(at, VECTOR[at]!, VECTOR[at]! ^ mask),
+        );
       }
     }
   });
@@ -237,7 +257,11 @@ describe('every single-byte change is rejected', () => {
         for (let at = 0; at < bytes.length; at++) {
           const old = bytes[at]!;
           for (const v of new Set([old ^ 0x01, old ^ 0x80, old ^ 0xff, old ^ xor, (old + 1) & 255])) {
-            assert.equal(accepted(withByte(bytes, at, v), publicKey, sodiumVerifier), false, describeChange(at, old, v));
+            assert.equal(
+              accepted(withByte(bytes, at, v), publicKey, sodiumVerifier),
+              false,
+              describeChange(at, old, v),
+            );
           }
         }
         for (let n = 0; n < bytes.length; n++) {
@@ -289,7 +313,10 @@ describe('arbitrary input throws only ContainerError', () => {
         const out = c.bytes.slice();
         for (const [at, v] of edits) out[at % out.length] = v;
         const cutAt = Math.max(0, out.length + Math.min(cut, 0));
-        return { bytes: cut < 0 ? out.subarray(0, cutAt) : Uint8Array.from([...out, ...tail.subarray(0, cut)]), publicKey };
+        return {
+          bytes: cut < 0 ? out.subarray(0, cutAt) : Uint8Array.from([...out, ...tail.subarray(0, cut)]),
+          publicKey,
+        };
       });
     fc.assert(
       fc.property(edited, ({ bytes, publicKey }) => robust(bytes, publicKey)),

@@ -105,7 +105,22 @@ describe('decodeContainer accepts', () => {
   });
 
   it('u64 fields up to 2^53-1 and every nonce', () => {
-    const c = decodeContainer(fromHex(MAGIC + V1 + T1 + ALICE + BOB + '001fffffffffffff' + 'ffffffff' + '001fffffffffffff' + '001fffffffffffff' + LEN18 + BODY + NOSIG));
+    const c = decodeContainer(
+      fromHex(
+        MAGIC +
+          V1 +
+          T1 +
+          ALICE +
+          BOB +
+          '001fffffffffffff' +
+          'ffffffff' +
+          '001fffffffffffff' +
+          '001fffffffffffff' +
+          LEN18 +
+          BODY +
+          NOSIG,
+      ),
+    );
     assert.equal(c.timeMs, Number.MAX_SAFE_INTEGER);
     assert.equal(c.nonce, 0xffffffff);
     assert.equal(c.revisionTimeMs, Number.MAX_SAFE_INTEGER);
@@ -113,7 +128,10 @@ describe('decodeContainer accepts', () => {
   });
 
   it('the largest container: 32-character logins and a 65 536-byte body', () => {
-    const c = encodeSigned({ ...text, fromLogin: 'a'.repeat(32), toLogin: 'b'.repeat(32), body: new Uint8Array(MAX_BODY).fill(7) }, seed);
+    const c = encodeSigned(
+      { ...text, fromLogin: 'a'.repeat(32), toLogin: 'b'.repeat(32), body: new Uint8Array(MAX_BODY).fill(7) },
+      seed,
+    );
     assert.equal(c.bytes.length, 108 + MAX_BODY + 64);
     assert.ok(c.bytes.length <= MAX_CONTAINER);
     const d = decodeContainer(c.bytes);
@@ -295,7 +313,8 @@ describe('encodeUnsigned rejects what the decoder would', () => {
       [{ messageType: 6, body: Uint8Array.of(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2) }, 'BAD_BODY'],
       [{ messageType: 7, body: fromHex('0020000000000000') }, 'BAD_INTEGER'],
     ];
-    for (const [patch, reason] of cases) assert.equal(encodeFailure({ ...text, ...patch }), reason, JSON.stringify(patch));
+    for (const [patch, reason] of cases)
+      assert.equal(encodeFailure({ ...text, ...patch }), reason, JSON.stringify(patch));
     assert.equal(encodeFailure({ ...text, nonce: 0xffffffff, timeMs: Number.MAX_SAFE_INTEGER }), 'OK');
   });
 });
@@ -336,8 +355,14 @@ describe('delete-message bodies (5/6)', () => {
   const hex0 = '0000019d345cf37b' + '075bcd15' + '00';
 
   it('encode to targetTimeMs, targetNonce, targetSender', () => {
-    assert.equal(toHex(encodeDeleteMessageBody({ targetTimeMs: 1774700000123, targetNonce: 123456789, targetSender: 0 })), hex0);
-    assert.equal(toHex(encodeDeleteMessageBody({ targetTimeMs: 1, targetNonce: 2, targetSender: 1 })), '0000000000000001' + '00000002' + '01');
+    assert.equal(
+      toHex(encodeDeleteMessageBody({ targetTimeMs: 1774700000123, targetNonce: 123456789, targetSender: 0 })),
+      hex0,
+    );
+    assert.equal(
+      toHex(encodeDeleteMessageBody({ targetTimeMs: 1, targetNonce: 2, targetSender: 1 })),
+      '0000000000000001' + '00000002' + '01',
+    );
   });
 
   it('targetSender 0 names a message of fromLogin, 1 one of toLogin', () => {
@@ -345,15 +370,24 @@ describe('delete-message bodies (5/6)', () => {
       for (const targetSender of [0, 1] as const) {
         const body = encodeDeleteMessageBody({ targetTimeMs: 1774700000123, targetNonce: 123456789, targetSender });
         const c = decodeContainer(encodeSigned({ ...text, messageType, body }, seed).bytes);
-        assert.deepEqual(parseDeleteMessageBody(c), { targetTimeMs: 1774700000123, targetNonce: 123456789, targetSender });
-        assert.equal(deleteTargetBaseKey(c), targetSender === 0 ? 'alice|bob|1774700000123|123456789' : 'bob|alice|1774700000123|123456789');
+        assert.deepEqual(parseDeleteMessageBody(c), {
+          targetTimeMs: 1774700000123,
+          targetNonce: 123456789,
+          targetSender,
+        });
+        assert.equal(
+          deleteTargetBaseKey(c),
+          targetSender === 0 ? 'alice|bob|1774700000123|123456789' : 'bob|alice|1774700000123|123456789',
+        );
       }
     }
   });
 
   it('parse only types 5/6 with a valid body', () => {
     assert.throws(() => parseDeleteMessageBody({ messageType: 3, body: fromHex(hex0) }), { reason: 'BAD_TYPE' });
-    assert.throws(() => parseDeleteMessageBody({ messageType: 5, body: fromHex(hex0.slice(0, -2) + '02') }), { reason: 'BAD_BODY' });
+    assert.throws(() => parseDeleteMessageBody({ messageType: 5, body: fromHex(hex0.slice(0, -2) + '02') }), {
+      reason: 'BAD_BODY',
+    });
   });
 
   it('refuse values the layout cannot carry', () => {
@@ -398,8 +432,16 @@ describe('keys', () => {
   it('syncIdOf and parseSyncId', () => {
     const id = syncIdOf('alice|bob|1774700000123|123456789|2', 1774700009999, 0);
     assert.equal(id, 'alice|bob|1774700000123|123456789|2:1774700009999:0');
-    assert.deepEqual(parseSyncId(id), { primaryMessageKey: 'alice|bob|1774700000123|123456789|2', revisionTimeMs: 1774700009999, reencryptedAtMs: 0 });
-    assert.deepEqual(parseSyncId(`k:${Number.MAX_SAFE_INTEGER}:0`), { primaryMessageKey: 'k', revisionTimeMs: Number.MAX_SAFE_INTEGER, reencryptedAtMs: 0 });
+    assert.deepEqual(parseSyncId(id), {
+      primaryMessageKey: 'alice|bob|1774700000123|123456789|2',
+      revisionTimeMs: 1774700009999,
+      reencryptedAtMs: 0,
+    });
+    assert.deepEqual(parseSyncId(`k:${Number.MAX_SAFE_INTEGER}:0`), {
+      primaryMessageKey: 'k',
+      revisionTimeMs: Number.MAX_SAFE_INTEGER,
+      reencryptedAtMs: 0,
+    });
   });
 
   it('parseSyncId rejects malformed and non-canonical tokens', () => {
@@ -469,7 +511,8 @@ describe('pairProblem', () => {
   });
 
   it('TYPES: not (2k-1, 2k)', () => {
-    const t = (a: number, b: number) => pairProblem({ ...incoming, messageType: a as 1 }, { ...outgoing, messageType: b as 2 });
+    const t = (a: number, b: number) =>
+      pairProblem({ ...incoming, messageType: a as 1 }, { ...outgoing, messageType: b as 2 });
     assert.equal(t(1, 1), 'TYPES');
     assert.equal(t(2, 2), 'TYPES');
     assert.equal(t(2, 1), 'TYPES'); // swapped
@@ -495,19 +538,49 @@ describe('pairProblem', () => {
 
   it('BODIES: types 3..8 carry the same body in both copies', () => {
     const receipt = (nonce: number) => encodeReceiptBody({ readAtMs: 1, targetTimeMs: 2, targetNonce: nonce });
-    assert.equal(pairProblem({ ...incoming, messageType: 3, body: receipt(1) }, { ...outgoing, messageType: 4, body: receipt(1) }), null);
-    assert.equal(pairProblem({ ...incoming, messageType: 3, body: receipt(1) }, { ...outgoing, messageType: 4, body: receipt(2) }), 'BODIES');
+    assert.equal(
+      pairProblem({ ...incoming, messageType: 3, body: receipt(1) }, { ...outgoing, messageType: 4, body: receipt(1) }),
+      null,
+    );
+    assert.equal(
+      pairProblem({ ...incoming, messageType: 3, body: receipt(1) }, { ...outgoing, messageType: 4, body: receipt(2) }),
+      'BODIES',
+    );
     const del = (targetSender: 0 | 1) => encodeDeleteMessageBody({ targetTimeMs: 1, targetNonce: 2, targetSender });
-    assert.equal(pairProblem({ ...incoming, messageType: 5, body: del(0) }, { ...outgoing, messageType: 6, body: del(1) }), 'BODIES');
+    assert.equal(
+      pairProblem({ ...incoming, messageType: 5, body: del(0) }, { ...outgoing, messageType: 6, body: del(1) }),
+      'BODIES',
+    );
     const conv = (ms: number) => encodeDeleteConversationBody({ deleteBeforeMs: ms });
-    assert.equal(pairProblem({ ...incoming, messageType: 7, body: conv(5) }, { ...outgoing, messageType: 8, body: conv(6) }), 'BODIES');
-    assert.equal(pairProblem({ ...incoming, messageType: 7, body: conv(5) }, { ...outgoing, messageType: 8, body: conv(5).subarray(1) }), 'BODIES');
+    assert.equal(
+      pairProblem({ ...incoming, messageType: 7, body: conv(5) }, { ...outgoing, messageType: 8, body: conv(6) }),
+      'BODIES',
+    );
+    assert.equal(
+      pairProblem(
+        { ...incoming, messageType: 7, body: conv(5) },
+        { ...outgoing, messageType: 8, body: conv(5).subarray(1) },
+      ),
+      'BODIES',
+    );
   });
 
   it('reports TYPES before FIELDS before BODIES', () => {
     const conv = (ms: number) => encodeDeleteConversationBody({ deleteBeforeMs: ms });
-    assert.equal(pairProblem({ ...incoming, messageType: 7, body: conv(5) }, { ...outgoing, messageType: 7, nonce: 1, body: conv(6) }), 'TYPES');
-    assert.equal(pairProblem({ ...incoming, messageType: 7, body: conv(5) }, { ...outgoing, messageType: 8, nonce: 1, body: conv(6) }), 'FIELDS');
+    assert.equal(
+      pairProblem(
+        { ...incoming, messageType: 7, body: conv(5) },
+        { ...outgoing, messageType: 7, nonce: 1, body: conv(6) },
+      ),
+      'TYPES',
+    );
+    assert.equal(
+      pairProblem(
+        { ...incoming, messageType: 7, body: conv(5) },
+        { ...outgoing, messageType: 8, nonce: 1, body: conv(6) },
+      ),
+      'FIELDS',
+    );
   });
 });
 
@@ -553,7 +626,18 @@ describe('strict base64', () => {
   });
 
   it('rejects characters outside the standard alphabet', () => {
-    for (const bad of ['Zm9v-_==', 'Zm9v_A==', 'Zm9v YmFy', 'Zm9v\nYmFy', ' Zm9vYmE', 'Zm9vYmE\t', 'Zm9é', 'Zm9\u0000', 'Zm9v.A==', 'Zm9\u{1F600}']) {
+    for (const bad of [
+      'Zm9v-_==',
+      'Zm9v_A==',
+      'Zm9v YmFy',
+      'Zm9v\nYmFy',
+      ' Zm9vYmE',
+      'Zm9vYmE\t',
+      'Zm9é',
+      'Zm9\u0000',
+      'Zm9v.A==',
+      'Zm9\u{1F600}',
+    ]) {
       assert.equal(fromBase64(bad), null, JSON.stringify(bad));
     }
   });

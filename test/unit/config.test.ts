@@ -88,7 +88,10 @@ describe('resolveConfig', () => {
   ];
   for (const [name, input, message] of bad) {
     it(`rejects ${name}`, () => {
-      assert.throws(() => resolveConfig(input), (err: Error) => err instanceof ConfigError && message.test(err.message));
+      assert.throws(
+        () => resolveConfig(input),
+        (err: Error) => err instanceof ConfigError && message.test(err.message),
+      );
     });
   }
 });
@@ -140,8 +143,14 @@ describe('configInputFromEnv', () => {
 
   it('fits the default peer checks to a shorter schedule; an empty SHINE_PEER_CHECK_ATTEMPTS means none', () => {
     assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1000' })).peerCheckAttempts, []);
-    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1000,2000' })).peerCheckAttempts, [3]);
-    assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1,2,3' })).peerCheckAttempts, [3, 4]);
+    assert.deepEqual(
+      resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1000,2000' })).peerCheckAttempts,
+      [3],
+    );
+    assert.deepEqual(
+      resolveConfig(configInputFromEnv({ SHINE_RETRY_SCHEDULE_MS: '0,1,2,3' })).peerCheckAttempts,
+      [3, 4],
+    );
     assert.deepEqual(resolveConfig(configInputFromEnv({ SHINE_PEER_CHECK_ATTEMPTS: '' })).peerCheckAttempts, []);
     assert.deepEqual(resolveConfig(configInputFromEnv({})).peerCheckAttempts, [3, 4, 5]);
   });
@@ -150,7 +159,10 @@ describe('configInputFromEnv', () => {
     const dir = await mkdtemp(join(tmpdir(), 'shine-config-'));
     try {
       const file = join(dir, 'shine.json');
-      await writeFile(file, JSON.stringify({ port: 7000, serverLogin: 'fromfile', rateLimit: { perSecond: 5, burst: 5 } }));
+      await writeFile(
+        file,
+        JSON.stringify({ port: 7000, serverLogin: 'fromfile', rateLimit: { perSecond: 5, burst: 5 } }),
+      );
       const c = resolveConfig(configInputFromEnv({ SHINE_CONFIG_FILE: file, SHINE_SERVER_LOGIN: 'fromenv' }));
       assert.equal(c.port, 7000);
       assert.equal(c.serverLogin, 'fromenv');

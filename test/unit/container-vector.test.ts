@@ -18,7 +18,16 @@ describe('SPEC §3 test vector', () => {
 
   it('encodes byte for byte', () => {
     const c = encodeSigned(
-      { messageType: 1, fromLogin: 'alice', toLogin: 'bob', timeMs: 1774700000123, nonce: 123456789, revisionTimeMs: 0, reencryptedAtMs: 0, body: utf8('ciphertext-for-bob') },
+      {
+        messageType: 1,
+        fromLogin: 'alice',
+        toLogin: 'bob',
+        timeMs: 1774700000123,
+        nonce: 123456789,
+        revisionTimeMs: 0,
+        reencryptedAtMs: 0,
+        body: utf8('ciphertext-for-bob'),
+      },
       seed,
     );
     assert.equal(c.bytes.length, 134);

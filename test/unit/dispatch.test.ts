@@ -21,7 +21,11 @@ function setup(serverLogin = 'alpha') {
     Mine: op({ auth: 'user', schema: z.object({}), handle: async (_p, s) => ({ login: s.login }) }),
     Peer: op({ auth: 'server', schema: z.object({}), handle: async (_p, s) => ({ from: s.serverLogin }) }),
     Boom: op({ auth: 'none', schema: z.object({}), handle: () => Promise.reject(new Error('secret database detail')) }),
-    Nope: op({ auth: 'none', schema: z.object({}), handle: () => Promise.reject(new ShineError('FORBIDDEN', 'not you')) }),
+    Nope: op({
+      auth: 'none',
+      schema: z.object({}),
+      handle: () => Promise.reject(new ShineError('FORBIDDEN', 'not you')),
+    }),
     Later: op({
       auth: 'none',
       schema: z.object({}),
@@ -31,8 +35,14 @@ function setup(serverLogin = 'alpha') {
       },
     }),
   });
-  const dispatcher = new Dispatcher(registry, createLogger('debug', (l) => lines.push(l)), metrics, { serverLogin, s2sAuth: 'required' });
-  const send = (session: Session, payload: unknown, opName = 'Echo') => dispatcher.dispatch(session, JSON.stringify({ op: opName, requestId: 'r1', payload }));
+  const dispatcher = new Dispatcher(
+    registry,
+    createLogger('debug', (l) => lines.push(l)),
+    metrics,
+    { serverLogin, s2sAuth: 'required' },
+  );
+  const send = (session: Session, payload: unknown, opName = 'Echo') =>
+    dispatcher.dispatch(session, JSON.stringify({ op: opName, requestId: 'r1', payload }));
   return { dispatcher, lines, metrics, send };
 }
 
@@ -58,7 +68,11 @@ describe('Dispatcher', () => {
 
   it('answers LOCAL_SERVER_NOT_CONFIGURED to server ops while the server is the unfederated `local`', async () => {
     const { send } = setup('local');
-    assertError((await send(fakeSession({ serverLogin: 'beta' }), {}, 'Peer')).response, 500, 'LOCAL_SERVER_NOT_CONFIGURED');
+    assertError(
+      (await send(fakeSession({ serverLogin: 'beta' }), {}, 'Peer')).response,
+      500,
+      'LOCAL_SERVER_NOT_CONFIGURED',
+    );
     assertError((await send(fakeSession(), {}, 'Peer')).response, 500, 'LOCAL_SERVER_NOT_CONFIGURED');
     assert.equal((await send(fakeSession(), { n: 1 })).response.ok, true);
   });
@@ -74,9 +88,18 @@ describe('Dispatcher', () => {
 
   it('answers a transport rejection with the ids it could read', async () => {
     const { dispatcher } = setup();
-    const { response } = await dispatcher.dispatch(fakeSession(), '{"op":"Echo","requestId":"r9","payload":{"n":1}}', new ShineError('RATE_LIMITED'));
+    const { response } = await dispatcher.dispatch(
+      fakeSession(),
+      '{"op":"Echo","requestId":"r9","payload":{"n":1}}',
+      new ShineError('RATE_LIMITED'),
+    );
     assertError(response, 429, 'RATE_LIMITED', { op: 'Echo', requestId: 'r9' });
-    assertError((await dispatcher.dispatch(fakeSession(), 'nope', new ShineError('TOO_LARGE'))).response, 413, 'TOO_LARGE', { requestId: '' });
+    assertError(
+      (await dispatcher.dispatch(fakeSession(), 'nope', new ShineError('TOO_LARGE'))).response,
+      413,
+      'TOO_LARGE',
+      { requestId: '' },
+    );
   });
 
   it('collects after-answer work and answers {} for an empty result', async () => {

@@ -94,7 +94,11 @@ describe('pair builders', () => {
     const [inc] = assertConsistent(pair, 3);
     assert.equal(inc.fromLogin, 'bob');
     assert.equal(inc.toLogin, 'alice');
-    assert.deepEqual(contentOf(inc, alice.encSecretKey), { kind: 'receipt', readAtMs: T + 100, targetBaseKey: `alice|bob|${T}|9` });
+    assert.deepEqual(contentOf(inc, alice.encSecretKey), {
+      kind: 'receipt',
+      readAtMs: T + 100,
+      targetBaseKey: `alice|bob|${T}|9`,
+    });
     assert.throws(() => receiptPair(alice, msg, T), /recipient/);
   });
 
@@ -104,10 +108,16 @@ describe('pair builders', () => {
     for (const target of [mine, theirs]) {
       const [inc, out] = assertConsistent(deleteMessagePair(alice, target), 5);
       assert.equal(inc.toLogin, 'bob');
-      const expected = { kind: 'deleteMessage', targetBaseKey: `${target.fromLogin}|${target.toLogin}|${T}|${target.nonce}` };
+      const expected = {
+        kind: 'deleteMessage',
+        targetBaseKey: `${target.fromLogin}|${target.toLogin}|${T}|${target.nonce}`,
+      };
       assert.deepEqual(contentOf(out, alice.encSecretKey), expected);
     }
-    assert.throws(() => deleteMessagePair(alice, { fromLogin: 'bob', toLogin: 'carol', timeMs: T, nonce: 3 }), /dialog/);
+    assert.throws(
+      () => deleteMessagePair(alice, { fromLogin: 'bob', toLogin: 'carol', timeMs: T, nonce: 3 }),
+      /dialog/,
+    );
   });
 
   it('delete conversation: both copies carry deleteBeforeMs', () => {

@@ -80,9 +80,14 @@ describe('Ed25519 verifiers agree', () => {
 
   it('on garbage keys and signatures: false from each, never a throw', () => {
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 64, maxLength: 64 }), fc.uint8Array({ maxLength: 40 }), fc.uint8Array({ minLength: 32, maxLength: 32 }), (sig, msg, key) => {
-        assert.equal(verdict(sig, msg, key), false);
-      }),
+      fc.property(
+        fc.uint8Array({ minLength: 64, maxLength: 64 }),
+        fc.uint8Array({ maxLength: 40 }),
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        (sig, msg, key) => {
+          assert.equal(verdict(sig, msg, key), false);
+        },
+      ),
       { numRuns: 200 },
     );
   });
@@ -121,7 +126,8 @@ describe("Ed25519 verifiers agree where RFC 8032 leaves a choice: libsodium's ru
   const L = Point.Fn.ORDER;
   const le32 = (n: bigint) => Uint8Array.from({ length: 32 }, (_, i) => Number((n >> BigInt(8 * i)) & 255n));
   const leNumber = (b: Uint8Array) => b.reduceRight((n, x) => (n << 8n) | BigInt(x), 0n);
-  const challenge = (r: Uint8Array, key: Uint8Array, message: Uint8Array) => leNumber(sha512(Uint8Array.from([...r, ...key, ...message]))) % L;
+  const challenge = (r: Uint8Array, key: Uint8Array, message: Uint8Array) =>
+    leNumber(sha512(Uint8Array.from([...r, ...key, ...message]))) % L;
   /** A signature by secret scalar `a` under the encoded key `key`, with nonce point [r]B (r = 0 gives R = identity). */
   function signWith(a: bigint, key: Uint8Array, r: bigint, message: Uint8Array): Uint8Array {
     const R = r === 0n ? Point.ZERO.toBytes() : Point.BASE.multiply(r).toBytes();
@@ -152,7 +158,8 @@ describe("Ed25519 verifiers agree where RFC 8032 leaves a choice: libsodium's ru
     ];
     for (const key of keys) {
       assert.ok(isSmallOrderEncoding(key), toHex(key));
-      for (const message of [utf8('one'), utf8('two')]) assert.equal(verdict(signature, message, key), false, toHex(key));
+      for (const message of [utf8('one'), utf8('two')])
+        assert.equal(verdict(signature, message, key), false, toHex(key));
     }
   });
 

@@ -46,18 +46,28 @@ export function authOps(deps: AuthDeps): OpGroup {
       auth: 'none',
       schema: opSchemas.AuthLogin,
       async handle({ login, deviceId, signatureB64 }, session, call): Promise<OpResults['AuthLogin']> {
-        if (session.login || session.serverLogin) throw new ShineError('FORBIDDEN', 'this socket is already authenticated');
+        if (session.login || session.serverLogin)
+          throw new ShineError('FORBIDDEN', 'this socket is already authenticated');
         // Consumed by every attempt, successful or not, so a challenge can never be tried twice.
         const challenge = session.challenge;
         session.challenge = null;
-        if (!challenge || clock.now() > challenge.expiresAtMs) throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
+        if (!challenge || clock.now() > challenge.expiresAtMs)
+          throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
         const user = await directory.lookup(login, { noImport: true });
-        const text = authSigningText({ server: config.serverLogin, challengeB64: challenge.challengeB64, login, deviceId });
+        const text = authSigningText({
+          server: config.serverLogin,
+          challengeB64: challenge.challengeB64,
+          login,
+          deviceId,
+        });
         if (!user || !verifyText(text, signatureB64, user.profile.signKeyB64, verifier)) {
           throw new ShineError('AUTH_FAILED', 'unknown login or bad signature');
         }
         if (!directory.isAccessServerOf(user)) {
-          throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `${config.serverLogin} is not an access server of ${login}`);
+          throw new ShineError(
+            'LOCAL_SERVER_NOT_ACCESS_SERVER',
+            `${config.serverLogin} is not an access server of ${login}`,
+          );
         }
         session.login = login;
         session.deviceId = deviceId;

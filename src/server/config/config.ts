@@ -126,11 +126,33 @@ export const CONFIG_DEFAULTS = {
 export const UNFEDERATED_SERVER_LOGIN = 'local';
 
 const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
-  'host', 'port', 'serverLogin', 'publicWsUrl', 'dataDir', 'db', 'serverKeySeedB64', 'directoryFile', 'peers',
-  's2sAuth', 'adminToken', 'retryScheduleMs', 'peerCheckAttempts', 'workerTickMs', 's2sTimeoutMs',
-  'firstAttemptWaitMs', 'syncIntervalMs', 'sqliteSync', 'logLevel', 'rateLimit', 'authChallengeTtlMs',
-  'maxTimeSkewMs', 'deviceForgetMs', 'profileRefreshMs', 'deliveryPoolSize',
-  'deliveryQueueSize', 'wsMaxBufferedBytes',
+  'host',
+  'port',
+  'serverLogin',
+  'publicWsUrl',
+  'dataDir',
+  'db',
+  'serverKeySeedB64',
+  'directoryFile',
+  'peers',
+  's2sAuth',
+  'adminToken',
+  'retryScheduleMs',
+  'peerCheckAttempts',
+  'workerTickMs',
+  's2sTimeoutMs',
+  'firstAttemptWaitMs',
+  'syncIntervalMs',
+  'sqliteSync',
+  'logLevel',
+  'rateLimit',
+  'authChallengeTtlMs',
+  'maxTimeSkewMs',
+  'deviceForgetMs',
+  'profileRefreshMs',
+  'deliveryPoolSize',
+  'deliveryQueueSize',
+  'wsMaxBufferedBytes',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -169,7 +191,10 @@ export function resolveConfig(input: ConfigInput = {}): Config {
   if (!strictlyIncreasing(peerCheckAttempts)) throw new ConfigError('peerCheckAttempts', 'must be strictly increasing');
   const lastAttempt = peerCheckAttempts.at(-1);
   if (lastAttempt !== undefined && lastAttempt > retryScheduleMs.length) {
-    throw new ConfigError('peerCheckAttempts', `attempt ${lastAttempt} is past the ${retryScheduleMs.length} attempts of retryScheduleMs`);
+    throw new ConfigError(
+      'peerCheckAttempts',
+      `attempt ${lastAttempt} is past the ${retryScheduleMs.length} attempts of retryScheduleMs`,
+    );
   }
 
   const rateLimit = { ...d.rateLimit, ...input.rateLimit };
@@ -282,8 +307,15 @@ function positiveNumber(field: string, value: unknown): number {
 }
 
 function intList(field: string, value: string | readonly number[], min: number, allowEmpty = false): number[] {
-  const items = typeof value === 'string' ? value.split(',').map((s) => s.trim()).filter((s) => s !== '') : value;
-  if (!Array.isArray(items) || (!allowEmpty && items.length === 0)) throw new ConfigError(field, 'must be a non-empty list of integers');
+  const items =
+    typeof value === 'string'
+      ? value
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
+      : value;
+  if (!Array.isArray(items) || (!allowEmpty && items.length === 0))
+    throw new ConfigError(field, 'must be a non-empty list of integers');
   return items.map((v: unknown) => int(field, v, min));
 }
 
@@ -292,7 +324,8 @@ function strictlyIncreasing(list: readonly number[]): boolean {
 }
 
 function oneOf<T extends string>(field: string, value: unknown, allowed: readonly T[]): T {
-  if (!allowed.includes(value as T)) throw new ConfigError(field, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+  if (!allowed.includes(value as T))
+    throw new ConfigError(field, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
   return value as T;
 }
 
@@ -304,12 +337,14 @@ function wsUrl(field: string, value: unknown): string {
   } catch {
     throw new ConfigError(field, `"${text}" is not a URL`);
   }
-  if (url.protocol !== 'ws:' && url.protocol !== 'wss:') throw new ConfigError(field, `"${text}" must be a ws:// or wss:// URL`);
+  if (url.protocol !== 'ws:' && url.protocol !== 'wss:')
+    throw new ConfigError(field, `"${text}" must be a ws:// or wss:// URL`);
   return text;
 }
 
 function seed(value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  if (fromBase64(value)?.length !== 32) throw new ConfigError('serverKeySeedB64', 'must be 32 bytes of standard base64');
+  if (fromBase64(value)?.length !== 32)
+    throw new ConfigError('serverKeySeedB64', 'must be 32 bytes of standard base64');
   return value;
 }

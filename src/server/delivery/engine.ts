@@ -82,10 +82,18 @@ export class DeliveryEngine {
     this.poolSize = opts.poolSize ?? 32;
     this.queueSize = opts.queueSize ?? 1024;
     const m = deps.metrics;
-    this.attempts = m.counter('delivery_attempts_total', 'Worker delivery attempts, by outcome (delivered, retry, failed, extra)');
-    this.callSeconds = m.histogram('delivery_call_seconds', 'Duration of one ReceiveIncomingMessage call to a recipient server');
+    this.attempts = m.counter(
+      'delivery_attempts_total',
+      'Worker delivery attempts, by outcome (delivered, retry, failed, extra)',
+    );
+    this.callSeconds = m.histogram(
+      'delivery_call_seconds',
+      'Duration of one ReceiveIncomingMessage call to a recipient server',
+    );
     this.s2sErrors = m.counter('s2s_errors_total', 'Failed server-to-server calls made for delivery, by peer');
-    m.gauge('delivery_rows', 'Delivery rows by state (refreshed at most every 30 s)', () => Object.entries(this.byState).map(([state, n]) => [{ state }, n]));
+    m.gauge('delivery_rows', 'Delivery rows by state (refreshed at most every 30 s)', () =>
+      Object.entries(this.byState).map(([state, n]) => [{ state }, n]),
+    );
     m.gauge('delivery_queue_depth', 'Due rows waiting for the attempt pool', () => this.queue.length);
     m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.running);
   }
@@ -120,22 +128,31 @@ export class DeliveryEngine {
    * the worker reports its own). The remaining calls run on in the background; then the pair goes to
    * the sender's second server.
    */
-  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): Promise<FirstAttemptOutcome> {
+  firstAttempt(
+    incoming: Container,
+    outgoing: Container,
+    outgoingKey: string,
+    senderPeer: string | null,
+  ): Promise<FirstAttemptOutcome> {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
     // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
     const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
-    const calls = this.deliverTo(incoming.toLogin, payload, Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2)).catch((err: unknown) => {
-      this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
-      return false;
-    });
+    const calls = this.deliverTo(incoming.toLogin, payload, Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2)).catch(
+      (err: unknown) => {
+        this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
+        return false;
+      },
+    );
     const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
       if (!ok) return { state: 'accepted', changed: false };
       try {
-        if (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) return { state: 'delivered', changed: true };
+        if (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now()))
+          return { state: 'delivered', changed: true };
         // The worker delivered this revision meanwhile, or a newer revision replaced it.
         const row = await this.deps.store.getDelivery(outgoingKey);
-        const same = row?.revisionTimeMs === outgoing.revisionTimeMs && row.reencryptedAtMs === outgoing.reencryptedAtMs;
+        const same =
+          row?.revisionTimeMs === outgoing.revisionTimeMs && row.reencryptedAtMs === outgoing.reencryptedAtMs;
         return { state: same && row.state === 'delivered' ? 'delivered' : 'accepted', changed: false };
       } catch (err) {
         // The row stays accepted: the worker's next attempt delivers again (the recipient stores idempotently).
@@ -146,10 +163,12 @@ export class DeliveryEngine {
     if (senderPeer) {
       const forward = { ...payload, outgoingBlobB64: toBase64(outgoing.bytes) };
       this.track(
-        outcome.then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward)).catch((err: unknown) => {
-          // Replication (SPEC §7) repairs a failed forward.
-          this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
-        }),
+        outcome
+          .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
+          .catch((err: unknown) => {
+            // Replication (SPEC §7) repairs a failed forward.
+            this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
+          }),
       );
     }
     this.track(outcome);
@@ -162,9 +181,16 @@ export class DeliveryEngine {
    * parallel. True at the first success — or at once when this server is one of the recipient's (its
    * copy counts, SPEC §6.2), while the calls to the recipient's other server still run to their end.
    */
-  private async deliverTo(recipientLogin: string, payload: Record<string, unknown>, refreshWaitMs: number): Promise<boolean> {
+  private async deliverTo(
+    recipientLogin: string,
+    payload: Record<string, unknown>,
+    refreshWaitMs: number,
+  ): Promise<boolean> {
     const { directory, config } = this.deps;
-    const recipient = await directory.lookup(recipientLogin, { refreshAfterMs: config.profileRefreshMs, maxWaitMs: refreshWaitMs });
+    const recipient = await directory.lookup(recipientLogin, {
+      refreshAfterMs: config.profileRefreshMs,
+      maxWaitMs: refreshWaitMs,
+    });
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
     if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload);
@@ -224,7 +250,9 @@ export class DeliveryEngine {
       this.running++;
       this.track(
         this.claimAndAttempt(row)
-          .catch((err: unknown) => this.deps.log.error('delivery attempt crashed', { key: row.outgoingKey, err: String(err) }))
+          .catch((err: unknown) =>
+            this.deps.log.error('delivery attempt crashed', { key: row.outgoingKey, err: String(err) }),
+          )
           .finally(() => {
             this.running--;
             this.queuedKeys.delete(row.outgoingKey);
@@ -246,7 +274,11 @@ export class DeliveryEngine {
     const { store, clock, config } = this.deps;
     // A lease outlives one attempt: the peer check, the profile refresh and the parallel calls, one
     // timeout each at most (a call's timeout covers its backoff wait, dial and ServerAuth too).
-    const mine = await store.claimDelivery(row.outgoingKey, row.rowVersion, clock.now() + LEASE_TIMEOUTS * config.s2sTimeoutMs);
+    const mine = await store.claimDelivery(
+      row.outgoingKey,
+      row.rowVersion,
+      clock.now() + LEASE_TIMEOUTS * config.s2sTimeoutMs,
+    );
     if (mine) await this.attempt(mine);
   }
 
@@ -269,21 +301,46 @@ export class DeliveryEngine {
     }
     const sender = await directory.lookup(row.senderLogin);
     const senderPeer = sender?.accessServers.find((s) => s !== config.serverLogin) ?? null;
-    if (regular && senderPeer && config.peerCheckAttempts.includes(due + 1) && (await this.peerHasDelivered(senderPeer, row.outgoingKey))) {
+    if (
+      regular &&
+      senderPeer &&
+      config.peerCheckAttempts.includes(due + 1) &&
+      (await this.peerHasDelivered(senderPeer, row.outgoingKey))
+    ) {
       await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
       return;
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
     const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs);
     if (delivered) {
-      await this.finish(row, { state: 'delivered', attempt: regular ? due + 1 : row.attempt, nextAttemptAtMs: null, lastError: null });
+      await this.finish(row, {
+        state: 'delivered',
+        attempt: regular ? due + 1 : row.attempt,
+        nextAttemptAtMs: null,
+        lastError: null,
+      });
     } else if (!regular) {
       // An extra attempt (a peer came back): the regular schedule stays as it was.
-      await this.finish(row, { state: 'accepted', attempt: row.attempt, nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!, lastError: 'no route answered' });
+      await this.finish(row, {
+        state: 'accepted',
+        attempt: row.attempt,
+        nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!,
+        lastError: 'no route answered',
+      });
     } else if (due + 1 >= schedule.length) {
-      await this.finish(row, { state: 'failed', attempt: due + 1, nextAttemptAtMs: null, lastError: 'no route answered' });
+      await this.finish(row, {
+        state: 'failed',
+        attempt: due + 1,
+        nextAttemptAtMs: null,
+        lastError: 'no route answered',
+      });
     } else {
-      await this.finish(row, { state: 'accepted', attempt: due + 1, nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!, lastError: 'no route answered' });
+      await this.finish(row, {
+        state: 'accepted',
+        attempt: due + 1,
+        nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!,
+        lastError: 'no route answered',
+      });
     }
   }
 

@@ -7,7 +7,12 @@ import { fromBase64 } from '../../protocol/bytes.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
-import { descriptorSigningText, profileShapeProblem, verifyDescriptor, verifyProfile } from '../../protocol/identity.js';
+import {
+  descriptorSigningText,
+  profileShapeProblem,
+  verifyDescriptor,
+  verifyProfile,
+} from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { PeerCaller } from '../delivery/engine.js';
@@ -114,7 +119,9 @@ export class Directory {
       if (opts.background) return known;
       if (opts.maxWaitMs === undefined) return (await refreshed) ?? known;
       let timer: TimerHandle | undefined;
-      const late = new Promise<null>((resolve) => (timer = this.deps.clock.setTimer(opts.maxWaitMs!, () => resolve(null))));
+      const late = new Promise<null>(
+        (resolve) => (timer = this.deps.clock.setTimer(opts.maxWaitMs!, () => resolve(null))),
+      );
       const entry = await Promise.race([refreshed, late]);
       timer?.cancel();
       return entry ?? known;
@@ -123,7 +130,11 @@ export class Directory {
   }
 
   /** Runs fn once per login at a time: concurrent callers share the running call. */
-  private once(running: Map<string, Promise<DirectoryEntry | null>>, login: string, fn: () => Promise<DirectoryEntry | null>): Promise<DirectoryEntry | null> {
+  private once(
+    running: Map<string, Promise<DirectoryEntry | null>>,
+    login: string,
+    fn: () => Promise<DirectoryEntry | null>,
+  ): Promise<DirectoryEntry | null> {
     let p = running.get(login);
     if (!p) {
       p = fn()
@@ -174,7 +185,10 @@ export class Directory {
     if (!peers || !isValidLogin(login)) return null;
     const now = clock.now();
     if ((this.misses.get(login) ?? 0) > now) return null;
-    const servers = new Set([...config.peers.map((p) => p.serverLogin), ...(await store.listServers()).map((r) => r.descriptor.serverLogin)]);
+    const servers = new Set([
+      ...config.peers.map((p) => p.serverLogin),
+      ...(await store.listServers()).map((r) => r.descriptor.serverLogin),
+    ]);
     servers.delete(config.serverLogin);
     for (const server of servers) {
       const profile = await this.fetchProfile(peers, server, login);
@@ -200,7 +214,9 @@ export class Directory {
     const login = known.profile.login;
     const self = this.deps.config.serverLogin;
     const others = (await this.deps.store.listServers()).map((r) => r.descriptor.serverLogin);
-    const candidates = [...new Set([...known.accessServers, ...this.deps.config.peers.map((p) => p.serverLogin), ...others])];
+    const candidates = [
+      ...new Set([...known.accessServers, ...this.deps.config.peers.map((p) => p.serverLogin), ...others]),
+    ];
     for (const server of candidates) {
       if (server === self) continue;
       const profile = await this.fetchProfile(peers, server, login);
@@ -224,7 +240,12 @@ export class Directory {
     try {
       const answer = await peers.call<{ profile?: unknown }>(server, 'GetUserProfile', { login });
       const profile = this.checkedProfile(answer.profile, (problem) => new Error(problem));
-      if (profile.login !== login || !profile.accessServers.includes(server) || !verifyProfile(profile, this.deps.verifier)) return null;
+      if (
+        profile.login !== login ||
+        !profile.accessServers.includes(server) ||
+        !verifyProfile(profile, this.deps.verifier)
+      )
+        return null;
       return profile;
     } catch (err) {
       this.deps.log.debug('profile fetch failed', { server, login, err: String(err) });
@@ -274,9 +295,13 @@ export class Directory {
    */
   async register(input: unknown): Promise<UserProfile> {
     const profile = this.checkedProfile(input, (problem) => new ShineError('BAD_FIELDS', `profile: ${problem}`));
-    if (!verifyProfile(profile, this.deps.verifier)) throw new ShineError('BAD_SIGNATURE', 'profile signature does not verify');
+    if (!verifyProfile(profile, this.deps.verifier))
+      throw new ShineError('BAD_SIGNATURE', 'profile signature does not verify');
     if (!this.isAccessServerOf(profile)) {
-      throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `${this.deps.config.serverLogin} is not in the profile's accessServers`);
+      throw new ShineError(
+        'LOCAL_SERVER_NOT_ACCESS_SERVER',
+        `${this.deps.config.serverLogin} is not in the profile's accessServers`,
+      );
     }
     return this.profileLock.run(profile.login, async () => {
       const stored = (await this.deps.store.getUser(profile.login))?.profile;
@@ -284,7 +309,11 @@ export class Directory {
       const conflict = stored && replacementProblem(stored, profile);
       if (conflict) throw new ShineError('PROFILE_CONFLICT', conflict);
       await this.save(profile, 'local');
-      this.deps.log.info('user registered', { login: profile.login, version: profile.version, accessServers: profile.accessServers });
+      this.deps.log.info('user registered', {
+        login: profile.login,
+        version: profile.version,
+        accessServers: profile.accessServers,
+      });
       return profile;
     });
   }
@@ -302,24 +331,30 @@ export class Directory {
       throw new Error(`directory file ${path}: ${(err as Error).message}`);
     }
     const fail = (what: string) => new Error(`directory file ${path}: ${what}`);
-    const { servers = [], users = [] } = (typeof doc === 'object' && doc !== null ? doc : {}) as { servers?: unknown; users?: unknown };
+    const { servers = [], users = [] } = (typeof doc === 'object' && doc !== null ? doc : {}) as {
+      servers?: unknown;
+      users?: unknown;
+    };
     if (!Array.isArray(servers) || !Array.isArray(users)) throw fail('must be {servers: [...], users: [...]}');
 
     const descriptors = servers.map((d: unknown, i) => {
       const problem = descriptorShapeProblem(d);
       if (problem) throw fail(`servers[${i}]: ${problem}`);
-      if (!verifyDescriptor(d as ServerDescriptor, this.deps.verifier)) throw fail(`servers[${i}]: signature does not verify`);
+      if (!verifyDescriptor(d as ServerDescriptor, this.deps.verifier))
+        throw fail(`servers[${i}]: signature does not verify`);
       return d as ServerDescriptor;
     });
     const profiles = users.map((p: unknown, i) => {
       const profile = this.checkedProfile(p, (problem) => fail(`users[${i}]: ${problem}`));
-      if (!verifyProfile(profile, this.deps.verifier)) throw fail(`users[${i}] (${profile.login}): signature does not verify`);
+      if (!verifyProfile(profile, this.deps.verifier))
+        throw fail(`users[${i}] (${profile.login}): signature does not verify`);
       return profile;
     });
 
     for (const d of descriptors) {
       if (d.serverLogin === this.deps.config.serverLogin) {
-        if (d.signKeyB64 !== this.deps.serverKey.publicKeyB64) this.deps.log.warn('directory file lists this server with another key; ignored', { path });
+        if (d.signKeyB64 !== this.deps.serverKey.publicKeyB64)
+          this.deps.log.warn('directory file lists this server with another key; ignored', { path });
         continue;
       }
       await this.deps.store.putServer(d, 'static');
@@ -328,13 +363,19 @@ export class Directory {
     for (const profile of profiles) {
       await this.profileLock.run(profile.login, async () => {
         const current = (await this.deps.store.getUser(profile.login))?.profile;
-        if (current && current.signKeyB64 !== profile.signKeyB64) throw fail(`users: ${profile.login} is known here with another signKey`);
+        if (current && current.signKeyB64 !== profile.signKeyB64)
+          throw fail(`users: ${profile.login} is known here with another signKey`);
         if (current && current.version >= profile.version) return;
         await this.save(profile, 'static');
         stored++;
       });
     }
-    this.deps.log.info('directory file loaded', { path, servers: descriptors.length, users: profiles.length, usersStored: stored });
+    this.deps.log.info('directory file loaded', {
+      path,
+      servers: descriptors.length,
+      users: profiles.length,
+      usersStored: stored,
+    });
     return { servers: descriptors.length, users: stored };
   }
 
@@ -399,7 +440,8 @@ function descriptorShapeProblem(d: unknown): string | null {
   const o = d as Record<string, unknown>;
   if (!isValidLogin(o.serverLogin)) return 'bad serverLogin';
   if (typeof o.wsUrl !== 'string' || !/^wss?:\/\//.test(o.wsUrl)) return 'wsUrl must be a ws:// or wss:// URL';
-  if (typeof o.signKeyB64 !== 'string' || fromBase64(o.signKeyB64)?.length !== 32) return 'signKeyB64 must be 32 bytes of base64';
+  if (typeof o.signKeyB64 !== 'string' || fromBase64(o.signKeyB64)?.length !== 32)
+    return 'signKeyB64 must be 32 bytes of base64';
   if (typeof o.signatureB64 !== 'string') return 'signatureB64 must be a string';
   return null;
 }

@@ -93,9 +93,13 @@ export class DmService {
     if (!PAIR_OP_TYPES[op].includes(incoming.messageType)) {
       throw new ShineError('BAD_PAIR', `${op} does not take types ${incoming.messageType}/${outgoing.messageType}`);
     }
-    if (sender !== null && incoming.fromLogin !== sender) throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
+    if (sender !== null && incoming.fromLogin !== sender)
+      throw new ShineError('NOT_SENDER', 'fromLogin must be the session user');
     await this.checkSigned(incoming, outgoing);
-    const to = await this.deps.directory.lookup(incoming.toLogin, { refreshAfterMs: this.deps.config.profileRefreshMs, background: true });
+    const to = await this.deps.directory.lookup(incoming.toLogin, {
+      refreshAfterMs: this.deps.config.profileRefreshMs,
+      background: true,
+    });
     if (!to) throw new ShineError('USER_NOT_FOUND', `unknown recipient ${incoming.toLogin}`);
     return { incoming, outgoing, recipientServers: to.accessServers };
   }
@@ -111,7 +115,8 @@ export class DmService {
     }
     // A future revision would outrank every later edit, so all three times are bounded.
     const latest = Math.max(first.timeMs, first.revisionTimeMs, first.reencryptedAtMs);
-    if (latest > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is too far in the future');
+    if (latest > clock.now() + config.maxTimeSkewMs)
+      throw new ShineError('BAD_TIME', 'timeMs is too far in the future');
   }
 
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
@@ -121,7 +126,9 @@ export class DmService {
     const { config, clock, delivery, directory } = this.deps;
     const stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
     const { result, routes } = stored;
-    const senderPeer = delivery ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null) : null;
+    const senderPeer = delivery
+      ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null)
+      : null;
     let deliveryState = stored.answer.deliveryState;
     if (delivery && stored.fresh && (routes.length > 0 || senderPeer)) {
       const outgoingKey = result.outgoing.messageKey;
@@ -130,7 +137,8 @@ export class DmService {
         const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
         if (waited !== null) deliveryState = waited.state;
         // An outcome after the answer reaches the sender as an event (SPEC §6.2, §6.7).
-        else void first.then((o) => o.changed && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, o.state));
+        else
+          void first.then((o) => o.changed && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, o.state));
       }
     }
     return { ...stored.answer, deliveryState };
@@ -154,7 +162,8 @@ export class DmService {
     const recipientIsLocal = pair.recipientServers.includes(config.serverLogin);
     // Only the sender's other access server forwards (callers check it): its copies are there already.
     const outbox = new Map([[sender, opts.from !== null]]);
-    if (recipientIsLocal && recipient !== sender) outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
+    if (recipientIsLocal && recipient !== sender)
+      outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
     const device = opts.senderSession?.deviceId;
     const result = await store.storePair({
       incoming: pair.incoming,
@@ -188,7 +197,11 @@ export class DmService {
   /** Sends a newly stored copy to its owner's sessions (except one); returns how many got it. */
   publish(copy: Container, result: CopyResult, exceptSessionId?: string): number {
     if (result.outcome !== 'inserted' && result.outcome !== 'updated') return 0;
-    const event: DirectMessageEvent = { ...copyFieldsOf(copy), storedAtMs: result.storedAtMs, blobB64: toBase64(copy.bytes) };
+    const event: DirectMessageEvent = {
+      ...copyFieldsOf(copy),
+      storedAtMs: result.storedAtMs,
+      blobB64: toBase64(copy.bytes),
+    };
     return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
   }
 
@@ -210,12 +223,20 @@ export class DmService {
     };
   }
 
-  async conversations(payload: OpPayload<'GetConversations'>, session: Session): Promise<OpResults['GetConversations']> {
+  async conversations(
+    payload: OpPayload<'GetConversations'>,
+    session: Session,
+  ): Promise<OpResults['GetConversations']> {
     return { items: await this.deps.store.getConversations(session.login!, clamp(payload.limit ?? 50, 1, 200)) };
   }
 
   async ack(payload: OpPayload<'AckSessionDelivery'>, session: Session): Promise<OpResults['AckSessionDelivery']> {
-    const acked = await this.deps.store.ackForDevice(session.login!, session.deviceId!, payload.messageKeys, this.deps.clock.now());
+    const acked = await this.deps.store.ackForDevice(
+      session.login!,
+      session.deviceId!,
+      payload.messageKeys,
+      this.deps.clock.now(),
+    );
     return { acked };
   }
 
@@ -244,8 +265,16 @@ export class DmService {
     if (value.length > 65_536) throw new ShineError('TOO_LARGE', 'a setting value is at most 64 KiB');
     const { clock, config, store } = this.deps;
     const now = clock.now();
-    if (payload.updatedAtMs > now + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'updatedAtMs is too far in the future');
-    const r = await store.setSetting({ owner: session.login!, key: payload.key, value, updatedAtMs: payload.updatedAtMs, nowMs: now, synced: false });
+    if (payload.updatedAtMs > now + config.maxTimeSkewMs)
+      throw new ShineError('BAD_TIME', 'updatedAtMs is too far in the future');
+    const r = await store.setSetting({
+      owner: session.login!,
+      key: payload.key,
+      value,
+      updatedAtMs: payload.updatedAtMs,
+      nowMs: now,
+      synced: false,
+    });
     return { key: payload.key, ...r };
   }
 

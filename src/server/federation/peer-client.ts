@@ -83,7 +83,9 @@ class PeerConnection {
   /** Settles as p does, or rejects at the deadline (p itself runs on: a connection is shared). */
   private byDeadline<T>(p: Promise<T>, deadline: number, why: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = this.deps.clock.setTimer(Math.max(0, deadline - this.deps.clock.now()), () => reject(new PeerUnavailableError(this.peer, why)));
+      const timer = this.deps.clock.setTimer(Math.max(0, deadline - this.deps.clock.now()), () =>
+        reject(new PeerUnavailableError(this.peer, why)),
+      );
       p.then(
         (v) => (timer.cancel(), resolve(v)),
         (err: unknown) => (timer.cancel(), reject(err instanceof Error ? err : new Error(String(err)))),
@@ -99,7 +101,8 @@ class PeerConnection {
     if (wait > 0) {
       // A call during the backoff waits for the next dial instead of failing untried (an attempt would be
       // spent without a call), unless the dial would come after the call's deadline.
-      if (now + wait >= deadline) return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
+      if (now + wait >= deadline)
+        return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
       return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect(deadline));
     }
     this.ready = this.open().then(
@@ -145,13 +148,21 @@ class PeerConnection {
     const text = s2sSigningText({ from: this.deps.serverLogin, to: this.peer, timestampMs, nonceB64 });
     const requestId = 'auth';
     await new Promise((resolve, reject) => {
-      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () => reject(new PeerUnavailableError(this.peer, 'ServerAuth timed out')));
+      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () =>
+        reject(new PeerUnavailableError(this.peer, 'ServerAuth timed out')),
+      );
       this.pending.set(requestId, { resolve, reject, timer });
       ws.send(
         JSON.stringify({
           op: 'ServerAuth',
           requestId,
-          payload: { serverLogin: this.deps.serverLogin, targetServerLogin: this.peer, timestampMs, nonceB64, signatureB64: this.deps.sign(text) },
+          payload: {
+            serverLogin: this.deps.serverLogin,
+            targetServerLogin: this.peer,
+            timestampMs,
+            nonceB64,
+            signatureB64: this.deps.sign(text),
+          },
         }),
       );
     });
@@ -173,7 +184,12 @@ class PeerConnection {
     if (frame.ok) p.resolve(frame.payload);
     else {
       const code = typeof frame.error === 'object' && frame.error !== null ? frame.error.code : undefined;
-      p.reject(new ShineError(typeof code === 'string' && isErrorCode(code) ? code : 'INTERNAL', `${this.peer}: ${frame.error?.message ?? 'error'}`));
+      p.reject(
+        new ShineError(
+          typeof code === 'string' && isErrorCode(code) ? code : 'INTERNAL',
+          `${this.peer}: ${frame.error?.message ?? 'error'}`,
+        ),
+      );
     }
   }
 

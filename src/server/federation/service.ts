@@ -43,11 +43,17 @@ export class FederationService {
   /** Server ops are meaningless on a server without a name of its own. */
   private requireConfigured(): void {
     if (this.deps.config.serverLogin === 'local') {
-      throw new ShineError('LOCAL_SERVER_NOT_CONFIGURED', 'this server runs as `local`: set SHINE_SERVER_LOGIN to federate');
+      throw new ShineError(
+        'LOCAL_SERVER_NOT_CONFIGURED',
+        'this server runs as `local`: set SHINE_SERVER_LOGIN to federate',
+      );
     }
   }
 
-  async serverAuth(p: ServerAuthPayload, session: Session): Promise<{ serverLogin: string; targetServerLogin: string }> {
+  async serverAuth(
+    p: ServerAuthPayload,
+    session: Session,
+  ): Promise<{ serverLogin: string; targetServerLogin: string }> {
     this.requireConfigured();
     const { config, clock, directory, store, verifier, delivery } = this.deps;
     const now = clock.now();
@@ -58,9 +64,15 @@ export class FederationService {
     if (Math.abs(now - p.timestampMs) > S2S_WINDOW_MS) fail('timestamp outside the 5 minute window');
     const known = await directory.lookupServer(p.serverLogin);
     if (!known) fail('unknown server');
-    const text = s2sSigningText({ from: p.serverLogin, to: p.targetServerLogin, timestampMs: p.timestampMs, nonceB64: p.nonceB64 });
+    const text = s2sSigningText({
+      from: p.serverLogin,
+      to: p.targetServerLogin,
+      timestampMs: p.timestampMs,
+      nonceB64: p.nonceB64,
+    });
     if (!verifyText(text, p.signatureB64, known!.descriptor.signKeyB64, verifier)) fail('bad signature');
-    if (!(await store.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS))) fail('nonce replayed');
+    if (!(await store.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS)))
+      fail('nonce replayed');
     session.serverLogin = p.serverLogin;
     this.deps.peers?.reachable(p.serverLogin);
     void delivery.peerAlive(p.serverLogin);
@@ -88,7 +100,8 @@ export class FederationService {
     const { config, clock, store, directory, dm } = this.deps;
     if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
     const copy = decodeBlob(p.incomingBlobB64);
-    if (copy.messageType % 2 !== 1) throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
+    if (copy.messageType % 2 !== 1)
+      throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
     // A recipient this server does not know is not one of its users (SPEC §5.4: else 403).
     const to = await directory.lookup(copy.toLogin, { noImport: true });
     if (!to?.accessServers.includes(config.serverLogin)) {
@@ -99,7 +112,11 @@ export class FederationService {
     // taken only from an authenticated server session, never from a claim (s2sAuth off).
     const authenticated = session.serverLogin !== null && session.serverLogin === source;
     const synced = authenticated && source !== config.serverLogin && to.accessServers.includes(source);
-    const result = await store.storeCopy({ copy, nowMs: clock.now(), outbox: { owners: new Map([[copy.toLogin, synced]]) } });
+    const result = await store.storeCopy({
+      copy,
+      nowMs: clock.now(),
+      outbox: { owners: new Map([[copy.toLogin, synced]]) },
+    });
     return {
       messageKey: result.messageKey,
       baseKey: baseKeyOf(copy),
@@ -110,12 +127,17 @@ export class FederationService {
 
   /** The whole pair from the sender's other access server; this server runs its own delivery for it. */
   async receiveOutgoing(
-    p: { incomingBlobB64?: string | undefined; outgoingBlobB64?: string | undefined; sourceServerLogin?: string | undefined },
+    p: {
+      incomingBlobB64?: string | undefined;
+      outgoingBlobB64?: string | undefined;
+      sourceServerLogin?: string | undefined;
+    },
     session: Session,
   ): Promise<PairAnswer> {
     const source = this.sourceOf(session, p.sourceServerLogin);
     const { config, directory, dm, delivery } = this.deps;
-    if (!p.incomingBlobB64 || !p.outgoingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
+    if (!p.incomingBlobB64 || !p.outgoingBlobB64)
+      throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
     // SPEC §5.2 order: sizes before decoding.
     checkBlobSize(p.incomingBlobB64);
     checkBlobSize(p.outgoingBlobB64);
@@ -125,7 +147,12 @@ export class FederationService {
     // then the pair's own checks.
     const from = decodeBlob(p.outgoingBlobB64).fromLogin;
     const senderServers = (await directory.lookup(from))?.accessServers ?? [];
-    if (!source || source === config.serverLogin || !senderServers.includes(source) || !senderServers.includes(config.serverLogin)) {
+    if (
+      !source ||
+      source === config.serverLogin ||
+      !senderServers.includes(source) ||
+      !senderServers.includes(config.serverLogin)
+    ) {
       throw new ShineError('NOT_PEER', "only the sender's other access server forwards its pairs");
     }
     const op = type === 5 ? 'DeleteMessage' : type === 7 ? 'DeleteConversation' : 'SendMessagePair';
@@ -138,7 +165,9 @@ export class FederationService {
       // The sender's sessions here learn the outcome too (SPEC §6.7).
       void delivery
         .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null)
-        .then((o) => o.changed && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, o.state));
+        .then(
+          (o) => o.changed && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, o.state),
+        );
     }
     return stored.answer;
   }
@@ -147,13 +176,19 @@ export class FederationService {
   async deliveryStatus(
     p: { messageKey?: string | undefined; messageKeys?: string[] | undefined; sourceServerLogin?: string | undefined },
     session: Session,
-  ): Promise<{ messageKey: string; known: boolean; delivered: boolean } | { items: { messageKey: string; known: boolean; delivered: boolean }[] }> {
+  ): Promise<
+    | { messageKey: string; known: boolean; delivered: boolean }
+    | { items: { messageKey: string; known: boolean; delivered: boolean }[] }
+  > {
     this.sourceOf(session, p.sourceServerLogin);
     const one = async (messageKey: string): Promise<{ messageKey: string; known: boolean; delivered: boolean }> => {
       const parsed = parseMessageKey(messageKey);
       if (!parsed) return { messageKey, known: false, delivered: false };
       // An incoming key is answered for its pair's outgoing key.
-      const outgoingKey = parsed.messageType % 2 === 1 ? messageKeyOf({ ...parsed, messageType: (parsed.messageType + 1) as 2 }) : messageKey;
+      const outgoingKey =
+        parsed.messageType % 2 === 1
+          ? messageKeyOf({ ...parsed, messageType: (parsed.messageType + 1) as 2 })
+          : messageKey;
       const row = await this.deps.store.getDelivery(outgoingKey);
       return { messageKey, known: row !== null, delivered: row?.state === 'delivered' };
     };

@@ -46,7 +46,6 @@ export interface SyncBatchPayload {
 type DmSyncAnswer = OpResults['DmSyncBatch'];
 type SettingsSyncAnswer = OpResults['UserSettingsSyncBatch'];
 
-
 const PAGE_LIMIT = 500;
 
 interface SyncCursor {
@@ -76,13 +75,43 @@ export class ReplicationService {
     const m = deps.metrics;
     this.pulled = m.counter('sync_rows_pulled_total', 'Rows stored by catch-up sync, by kind');
     this.syncErrors = m.counter('sync_errors_total', 'Failed sync exchanges with a peer server');
-    this.cycles = m.counter('sync_cycles_total', 'Replication cycles finished, by result (ok, or errors when an exchange with a peer failed)');
-    m.gauge('sync_cycle_running', 'Whether a replication cycle is running now (1) or not (0)', () => (this.running ? 1 : 0));
-    const last = <T>(pick: (c: NonNullable<ReplicationService['lastCycle']>) => T, none: T) => () => (this.lastCycle ? pick(this.lastCycle) : none);
-    m.gauge('sync_last_cycle_timestamp_seconds', 'When the last replication cycle finished (0: none yet)', last((c) => c.finishedAtMs / 1000, 0));
-    m.gauge('sync_last_cycle_duration_seconds', 'How long the last replication cycle took', last((c) => c.durationMs / 1000, 0));
-    m.gauge('sync_last_cycle_rows', 'Rows the last replication cycle stored, by kind', last((c): [Labels, number][] => [[{ kind: 'dm' }, c.dmRows], [{ kind: 'settings' }, c.settingsRows]], []));
-    m.gauge('sync_last_cycle_errors', 'Failed exchanges with peers in the last replication cycle', last((c) => c.errors, 0));
+    this.cycles = m.counter(
+      'sync_cycles_total',
+      'Replication cycles finished, by result (ok, or errors when an exchange with a peer failed)',
+    );
+    m.gauge('sync_cycle_running', 'Whether a replication cycle is running now (1) or not (0)', () =>
+      this.running ? 1 : 0,
+    );
+    const last =
+      <T>(pick: (c: NonNullable<ReplicationService['lastCycle']>) => T, none: T) =>
+      () =>
+        this.lastCycle ? pick(this.lastCycle) : none;
+    m.gauge(
+      'sync_last_cycle_timestamp_seconds',
+      'When the last replication cycle finished (0: none yet)',
+      last((c) => c.finishedAtMs / 1000, 0),
+    );
+    m.gauge(
+      'sync_last_cycle_duration_seconds',
+      'How long the last replication cycle took',
+      last((c) => c.durationMs / 1000, 0),
+    );
+    m.gauge(
+      'sync_last_cycle_rows',
+      'Rows the last replication cycle stored, by kind',
+      last(
+        (c): [Labels, number][] => [
+          [{ kind: 'dm' }, c.dmRows],
+          [{ kind: 'settings' }, c.settingsRows],
+        ],
+        [],
+      ),
+    );
+    m.gauge(
+      'sync_last_cycle_errors',
+      'Failed exchanges with peers in the last replication cycle',
+      last((c) => c.errors, 0),
+    );
   }
 
   // ---- server side ----
@@ -109,7 +138,12 @@ export class ReplicationService {
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
-      items: page.items.map((r) => ({ syncId: r.syncId, primaryMessageKey: r.primaryMessageKey, storedAtMs: r.storedAtMs, blobsB64: r.blobs.map(toBase64) })),
+      items: page.items.map((r) => ({
+        syncId: r.syncId,
+        primaryMessageKey: r.primaryMessageKey,
+        storedAtMs: r.storedAtMs,
+        blobsB64: r.blobs.map(toBase64),
+      })),
       hasMore: page.hasMore,
       nextStoredAtMs: last?.storedAtMs ?? p.afterStoredAtMs ?? 0,
       nextMessageKey: last?.primaryMessageKey ?? p.afterMessageKey ?? '',
@@ -122,7 +156,13 @@ export class ReplicationService {
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
-      items: page.items.map((r) => ({ syncId: r.syncId, key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs, storedAtMs: r.storedAtMs })),
+      items: page.items.map((r) => ({
+        syncId: r.syncId,
+        key: r.key,
+        valueB64: toBase64(r.value),
+        updatedAtMs: r.updatedAtMs,
+        storedAtMs: r.storedAtMs,
+      })),
       hasMore: page.hasMore,
       nextStoredAtMs: last?.storedAtMs ?? p.afterStoredAtMs ?? 0,
       nextKey: last?.key ?? p.afterKey ?? '',
@@ -130,7 +170,10 @@ export class ReplicationService {
   }
 
   /** MarkAllUserSettingsUnsynced from the owner's other access server (admins use markUnsynced directly). */
-  async markUnsyncedOp(p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined }, session: Session): Promise<{ updated: number; dmUpdated: number }> {
+  async markUnsyncedOp(
+    p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined },
+    session: Session,
+  ): Promise<{ updated: number; dmUpdated: number }> {
     if (!p.ownerLogin) throw new ShineError('FORBIDDEN', 'only an admin may mark every owner unsynced');
     const owner = await this.checkPeer(p, session);
     return this.deps.store.markUnsynced(owner);
@@ -194,15 +237,25 @@ export class ReplicationService {
     return this.pullAll<SettingsSyncAnswer['items'][number]>(peer, owner, 'settings', async (items) => {
       for (const item of items) {
         const value = fromBase64(item.valueB64);
-        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128) throw new Error(`bad settings row from ${peer}`);
-        await this.deps.store.setSetting({ owner, key: item.key, value, updatedAtMs: item.updatedAtMs, nowMs: this.deps.clock.now(), synced: true });
+        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128)
+          throw new Error(`bad settings row from ${peer}`);
+        await this.deps.store.setSetting({
+          owner,
+          key: item.key,
+          value,
+          updatedAtMs: item.updatedAtMs,
+          nowMs: this.deps.clock.now(),
+          synced: true,
+        });
       }
       return items.map((i) => i.syncId);
     });
   }
 
   private pullDm(peer: string, owner: string): Promise<number> {
-    return this.pullAll<DmSyncAnswer['items'][number]>(peer, owner, 'dm', (items) => this.storePage(peer, owner, items));
+    return this.pullAll<DmSyncAnswer['items'][number]>(peer, owner, 'dm', (items) =>
+      this.storePage(peer, owner, items),
+    );
   }
 
   /**
@@ -220,8 +273,16 @@ export class ReplicationService {
   ): Promise<number> {
     const { op, afterKey, nextKey } = SYNC_OPS[kind];
     const fetchPage = async (after: SyncCursor, acks: string[]): Promise<{ items: Item[]; next: SyncCursor }> => {
-      const payload = { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, [afterKey]: after.key, limit: PAGE_LIMIT, ackSyncIds: acks };
-      const page = await this.deps.peers.call<{ items: Item[]; nextStoredAtMs: number } & Record<typeof nextKey, string>>(peer, op, payload);
+      const payload = {
+        ownerLogin: owner,
+        afterStoredAtMs: after.storedAtMs,
+        [afterKey]: after.key,
+        limit: PAGE_LIMIT,
+        ackSyncIds: acks,
+      };
+      const page = await this.deps.peers.call<
+        { items: Item[]; nextStoredAtMs: number } & Record<typeof nextKey, string>
+      >(peer, op, payload);
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page[nextKey] } };
     };
     let total = 0;
@@ -254,7 +315,11 @@ export class ReplicationService {
    * (synced); a recipient who is a user of this server too gets a row of its own (SPEC §7: every event
    * stored for a local owner has one), synced only when the peer is that recipient's other server too.
    */
-  private async pairOutboxes(peer: string, owner: string, rows: Container[][]): Promise<Map<string, ReadonlyMap<string, boolean>>> {
+  private async pairOutboxes(
+    peer: string,
+    owner: string,
+    rows: Container[][],
+  ): Promise<Map<string, ReadonlyMap<string, boolean>>> {
     const { directory, config } = this.deps;
     const byRecipient = new Map<string, ReadonlyMap<string, boolean>>();
     for (const copies of rows) {
@@ -291,33 +356,60 @@ export class ReplicationService {
       } catch (err) {
         // One bad row must not stop the owner's replication: it is skipped (left unacked) and the rest goes on.
         this.syncErrors.inc({ peer });
-        log.warn('sync row refused', { peer, owner, key: item.primaryMessageKey, err: err instanceof Error ? err.message : String(err) });
+        log.warn('sync row refused', {
+          peer,
+          owner,
+          key: item.primaryMessageKey,
+          err: err instanceof Error ? err.message : String(err),
+        });
       }
     }
     const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));
     const remote = new Map<string, DeliveryStatusItem>();
     if (pairKeys.length > 0) {
       try {
-        const answer = await this.deps.peers.call<{ items: DeliveryStatusItem[] }>(peer, 'GetDmDeliveryStatus', { messageKeys: pairKeys });
+        const answer = await this.deps.peers.call<{ items: DeliveryStatusItem[] }>(peer, 'GetDmDeliveryStatus', {
+          messageKeys: pairKeys,
+        });
         for (const s of answer.items) remote.set(s.messageKey, s);
       } catch (err) {
         this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
       }
     }
     const now = clock.now();
-    const outbox = await this.pairOutboxes(peer, owner, decoded.map((d) => d.copies));
+    const outbox = await this.pairOutboxes(
+      peer,
+      owner,
+      decoded.map((d) => d.copies),
+    );
     // The page's writes are issued together, in page order, so they share group commits instead of
     // paying one fsync per row; the page is acked only after all of them committed.
     const writes = decoded.map(({ item, copies }): Promise<unknown> => {
-      if (copies.length === 1) return store.storeCopy({ copy: copies[0]!, nowMs: now, outbox: { owners: new Map([[owner, true]]) }, silent: true });
+      if (copies.length === 1)
+        return store.storeCopy({
+          copy: copies[0]!,
+          nowMs: now,
+          outbox: { owners: new Map([[owner, true]]) },
+          silent: true,
+        });
       const [incoming, outgoing] = copies as [Container, Container];
       const status = remote.get(messageKeyOf(outgoing));
       // Old history is never re-sent: past the hour from the source's storedAtMs it is failed unless delivered there.
       let delivery: StorePairInput['delivery'];
-      if (status?.delivered) delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
-      else if (now >= item.storedAtMs + (config.retryScheduleMs.at(-1) ?? HOUR)) delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
-      else delivery = { state: 'accepted', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: item.storedAtMs };
-      return store.storePair({ incoming, outgoing, nowMs: now, outbox: { owners: outbox.get(incoming.toLogin)! }, delivery, silent: true });
+      if (status?.delivered)
+        delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
+      else if (now >= item.storedAtMs + (config.retryScheduleMs.at(-1) ?? HOUR))
+        delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
+      else
+        delivery = { state: 'accepted', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: item.storedAtMs };
+      return store.storePair({
+        incoming,
+        outgoing,
+        nowMs: now,
+        outbox: { owners: outbox.get(incoming.toLogin)! },
+        delivery,
+        silent: true,
+      });
     });
     const failed = (await Promise.allSettled(writes)).find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;

@@ -194,7 +194,11 @@ export interface Store {
   /** Writes an attempt's outcome if the row still has rowVersion; false when someone else changed it. */
   finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean>;
   /** Marks the given revision delivered if it is still accepted; true when it changed. */
-  markDelivered(outgoingKey: string, revision: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): Promise<boolean>;
+  markDelivered(
+    outgoingKey: string,
+    revision: { revisionTimeMs: number; reencryptedAtMs: number },
+    nowMs: number,
+  ): Promise<boolean>;
   /**
    * Makes accepted rows whose recipient uses serverLogin due now; returns how many. Rows accepted after
    * acceptedBeforeMs are left alone: their first attempt may still be running outside the worker.

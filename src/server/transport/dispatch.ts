@@ -64,10 +64,18 @@ export class Dispatcher {
     const def = this.registry.get(request.op);
     if (!def) return fail(request, new ShineError('UNKNOWN_OP', `unknown op ${request.op}`));
     if (def.auth === 'server' && this.config.serverLogin === UNFEDERATED_SERVER_LOGIN) {
-      return fail(request, new ShineError('LOCAL_SERVER_NOT_CONFIGURED', `this server runs as "${UNFEDERATED_SERVER_LOGIN}"; set SHINE_SERVER_LOGIN to federate`));
+      return fail(
+        request,
+        new ShineError(
+          'LOCAL_SERVER_NOT_CONFIGURED',
+          `this server runs as "${UNFEDERATED_SERVER_LOGIN}"; set SHINE_SERVER_LOGIN to federate`,
+        ),
+      );
     }
-    if (def.auth === 'user' && !session.login) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs AuthLogin first`));
-    if (def.auth === 'server' && this.config.s2sAuth === 'required' && !session.serverLogin) return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
+    if (def.auth === 'user' && !session.login)
+      return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs AuthLogin first`));
+    if (def.auth === 'server' && this.config.s2sAuth === 'required' && !session.serverLogin)
+      return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
     const parsed = def.schema.safeParse(request.payload);
     if (!parsed.success) return fail(request, new ShineError('BAD_FIELDS', describeIssues(parsed.error)));
 
@@ -77,7 +85,13 @@ export class Dispatcher {
       return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer };
     } catch (err) {
       if (err instanceof ShineError) return fail(request, err);
-      this.log.error('op failed', { op: request.op, requestId: request.requestId, sessionId: session.id, login: session.login, err });
+      this.log.error('op failed', {
+        op: request.op,
+        requestId: request.requestId,
+        sessionId: session.id,
+        login: session.login,
+        err,
+      });
       return fail(request, new ShineError('INTERNAL', 'internal error'));
     }
   }

@@ -32,7 +32,13 @@ async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse)
 
   if (path === '/admin' || path.startsWith('/admin/') || path === '/debug' || path.startsWith('/debug/')) {
     const gate = adminGate(req.headers.authorization, ctx.config.adminToken);
-    if (gate !== 'ok') return sendJson(res, gate, { error: gate === 401 ? 'unauthorized' : 'not found' }, gate === 401 ? { 'www-authenticate': 'Bearer' } : {});
+    if (gate !== 'ok')
+      return sendJson(
+        res,
+        gate,
+        { error: gate === 401 ? 'unauthorized' : 'not found' },
+        gate === 401 ? { 'www-authenticate': 'Bearer' } : {},
+      );
     const admin = ctx.adminRoutes.find((r) => r.path === path && r.method === method);
     if (!admin) return sendJson(res, 404, { error: 'not found' });
     try {
@@ -56,7 +62,8 @@ async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse)
     '/.well-known/shine-server': () => sendJson(res, 200, ctx.directory.selfDescriptor()),
     '/metrics': () => send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', ctx.metrics.render()),
     // The web client is served here once it exists.
-    '/': () => send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),
+    '/': () =>
+      send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),
   };
   const handler = simple[path];
   if (!handler) return sendJson(res, 404, { error: 'not found' });
@@ -81,7 +88,13 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   send(res, status, 'application/json; charset=utf-8', JSON.stringify(body), headers);
 }
 
-function send(res: ServerResponse, status: number, contentType: string, body: string, headers: Record<string, string> = {}): void {
+function send(
+  res: ServerResponse,
+  status: number,
+  contentType: string,
+  body: string,
+  headers: Record<string, string> = {},
+): void {
   res.writeHead(status, { 'content-type': contentType, 'cache-control': 'no-store', ...headers });
   res.end(body);
 }

@@ -18,7 +18,10 @@ export class TokenBucket {
   take(): boolean {
     const now = this.clock.now();
     // max(0, …): a clock set backwards must not drain the bucket.
-    this.tokens = Math.min(this.limit.burst, this.tokens + (Math.max(0, now - this.lastMs) * this.limit.perSecond) / 1000);
+    this.tokens = Math.min(
+      this.limit.burst,
+      this.tokens + (Math.max(0, now - this.lastMs) * this.limit.perSecond) / 1000,
+    );
     this.lastMs = now;
     if (this.tokens < 1) return false;
     this.tokens -= 1;

@@ -24,7 +24,9 @@ export class Transport {
     this.server.on('upgrade', (req, socket, head) => {
       const path = new URL(req.url ?? '/', 'http://localhost').pathname;
       if (path !== '/ws' || !this.gateway) {
-        socket.end(`HTTP/1.1 ${path === '/ws' ? '503 Service Unavailable' : '404 Not Found'}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+        socket.end(
+          `HTTP/1.1 ${path === '/ws' ? '503 Service Unavailable' : '404 Not Found'}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`,
+        );
         return;
       }
       this.gateway.handleUpgrade(req, socket, head);

@@ -49,7 +49,10 @@ export class WsGateway {
 
   constructor(private readonly ctx: AppContext) {
     this.dispatcher = new Dispatcher(ctx.registry, ctx.log, ctx.metrics, ctx.config);
-    this.slowClosed = ctx.metrics.counter('ws_slow_consumer_closed_total', 'Sockets closed because their send buffer grew too large.');
+    this.slowClosed = ctx.metrics.counter(
+      'ws_slow_consumer_closed_total',
+      'Sockets closed because their send buffer grew too large.',
+    );
     ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
   }
 
@@ -67,7 +70,11 @@ export class WsGateway {
     const { ws } = session;
     if (ws.readyState !== WebSocket.OPEN) return false;
     if (ws.bufferedAmount + text.length > this.ctx.config.wsMaxBufferedBytes) {
-      this.ctx.log.warn('closing slow socket', { sessionId: session.id, login: session.login, bufferedBytes: ws.bufferedAmount });
+      this.ctx.log.warn('closing slow socket', {
+        sessionId: session.id,
+        login: session.login,
+        bufferedBytes: ws.bufferedAmount,
+      });
       this.slowClosed.inc();
       // terminate, not close: a close frame would wait behind the very buffer that is the problem.
       ws.terminate();
@@ -88,7 +95,9 @@ export class WsGateway {
       ws.resume();
       ws.close(CloseCode.GoingAway, 'server shutting down');
     }
-    const closed = Promise.all(sockets.map((ws) => (ws.readyState === WebSocket.CLOSED ? null : new Promise((r) => ws.once('close', r)))));
+    const closed = Promise.all(
+      sockets.map((ws) => (ws.readyState === WebSocket.CLOSED ? null : new Promise((r) => ws.once('close', r)))),
+    );
     await Promise.race([closed, delay(CLOSE_GRACE_MS)]);
     for (const ws of this.wss.clients) ws.terminate();
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
@@ -128,9 +137,11 @@ export class WsGateway {
   private rejection(session: WsSession, bucket: TokenBucket, size: number): ShineError | undefined {
     if (this.closing) return new ShineError('OVERLOADED', 'server is shutting down');
     // An authenticated peer server multiplexes all its traffic over one socket: no per-connection limit.
-    if (!session.serverLogin && !bucket.take()) return new ShineError('RATE_LIMITED', 'too many requests on this connection');
+    if (!session.serverLogin && !bucket.take())
+      return new ShineError('RATE_LIMITED', 'too many requests on this connection');
     // Server sessions may send frames up to the 4 MiB the socket accepts; clients up to 1 MiB.
-    if (!session.serverLogin && size > MAX_CLIENT_FRAME) return new ShineError('TOO_LARGE', `a request may be at most ${MAX_CLIENT_FRAME} bytes`);
+    if (!session.serverLogin && size > MAX_CLIENT_FRAME)
+      return new ShineError('TOO_LARGE', `a request may be at most ${MAX_CLIENT_FRAME} bytes`);
     return undefined;
   }
 

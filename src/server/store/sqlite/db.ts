@@ -47,10 +47,12 @@ export class SqliteDb {
   migrate(): void {
     const current = this.conn.pragma('user_version', { simple: true }) as number;
     for (let v = current; v < SQLITE_MIGRATIONS.length; v++) {
-      this.conn.transaction(() => {
-        this.conn.exec(SQLITE_MIGRATIONS[v]!);
-        this.conn.pragma(`user_version = ${v + 1}`);
-      }).immediate();
+      this.conn
+        .transaction(() => {
+          this.conn.exec(SQLITE_MIGRATIONS[v]!);
+          this.conn.pragma(`user_version = ${v + 1}`);
+        })
+        .immediate();
     }
   }
 

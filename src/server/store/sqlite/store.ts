@@ -100,7 +100,9 @@ export class SqliteStore implements Store {
 
   setMeta(key: string, value: string): Promise<void> {
     return this.db.write(() => {
-      this.sql('INSERT INTO server_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
+      this.sql(
+        'INSERT INTO server_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value',
+      ).run(key, value);
     });
   }
 
@@ -108,8 +110,7 @@ export class SqliteStore implements Store {
 
   async getUser(login: string): Promise<UserRecord | null> {
     const row = this.sql('SELECT profile_json, source, fetched_at_ms FROM users WHERE login = ?').get(login) as
-      | { profile_json: string; source: ProfileSource; fetched_at_ms: number }
-      | undefined;
+      { profile_json: string; source: ProfileSource; fetched_at_ms: number } | undefined;
     if (!row) return null;
     return { profile: JSON.parse(row.profile_json) as UserProfile, source: row.source, fetchedAtMs: row.fetched_at_ms };
   }
@@ -122,18 +123,30 @@ export class SqliteStore implements Store {
          ON CONFLICT (login) DO UPDATE SET sign_key = excluded.sign_key, enc_key = excluded.enc_key,
            version = excluded.version, updated_at_ms = excluded.updated_at_ms, profile_json = excluded.profile_json,
            source = excluded.source, fetched_at_ms = excluded.fetched_at_ms`,
-      ).run(profile.login, profile.signKeyB64, profile.encKeyB64, profile.version, profile.updatedAtMs, JSON.stringify(profile), source, nowMs);
+      ).run(
+        profile.login,
+        profile.signKeyB64,
+        profile.encKeyB64,
+        profile.version,
+        profile.updatedAtMs,
+        JSON.stringify(profile),
+        source,
+        nowMs,
+      );
       this.sql('DELETE FROM user_access_servers_current WHERE login = ?').run(profile.login);
       profile.accessServers.forEach((server, i) => {
-        this.sql('INSERT INTO user_access_servers_current (login, position, server_login) VALUES (?, ?, ?)').run(profile.login, i, server);
+        this.sql('INSERT INTO user_access_servers_current (login, position, server_login) VALUES (?, ?, ?)').run(
+          profile.login,
+          i,
+          server,
+        );
       });
     });
   }
 
   async getServer(serverLogin: string): Promise<ServerRecord | null> {
     const row = this.sql('SELECT descriptor_json, source FROM servers WHERE server_login = ?').get(serverLogin) as
-      | { descriptor_json: string; source: ServerRecord['source'] }
-      | undefined;
+      { descriptor_json: string; source: ServerRecord['source'] } | undefined;
     return row ? { descriptor: JSON.parse(row.descriptor_json) as ServerDescriptor, source: row.source } : null;
   }
 
@@ -202,8 +215,7 @@ export class SqliteStore implements Store {
         );
       }
       const state = this.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(outKey) as
-        | { state: DeliveryState }
-        | undefined;
+        { state: DeliveryState } | undefined;
       return { incoming: inc, outgoing: out, deliveryState: state?.state ?? null };
     });
   }
@@ -229,19 +241,28 @@ export class SqliteStore implements Store {
     const messageKey = messageKeyOf(c);
     const t = c.messageType;
     if (t <= 6) {
-      const conv = this.sql(`SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`).get(
-        owner,
-        peer,
-      ) as { delete_before_ms: number } | undefined;
+      const conv = this.sql(
+        `SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`,
+      ).get(owner, peer) as { delete_before_ms: number } | undefined;
       if (conv && conv.delete_before_ms >= c.timeMs) return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
     }
-    if (t <= 2 && this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(owner, baseKey)) {
+    if (
+      t <= 2 &&
+      this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(
+        owner,
+        baseKey,
+      )
+    ) {
       return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
     }
-    const existing = this.sql('SELECT revision_time_ms, reencrypted_at_ms, stored_at_ms FROM signed_messages WHERE message_key = ?').get(
-      messageKey,
-    ) as { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
-    if (existing && compareRevision(c, { revisionTimeMs: existing.revision_time_ms, reencryptedAtMs: existing.reencrypted_at_ms }) <= 0) {
+    const existing = this.sql(
+      'SELECT revision_time_ms, reencrypted_at_ms, stored_at_ms FROM signed_messages WHERE message_key = ?',
+    ).get(messageKey) as { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
+    if (
+      existing &&
+      compareRevision(c, { revisionTimeMs: existing.revision_time_ms, reencryptedAtMs: existing.reencrypted_at_ms }) <=
+        0
+    ) {
       return { messageKey, outcome: 'unchanged', storedAtMs: existing.stored_at_ms };
     }
     let target: string | null = null;
@@ -270,7 +291,24 @@ export class SqliteStore implements Store {
         `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
            revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, origin_device, blob)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(messageKey, baseKey, owner, peer, t, c.timeMs, c.nonce, c.revisionTimeMs, c.reencryptedAtMs, nowMs, nowMs, readAt, target, replay ? 1 : 0, originDevice, blob);
+      ).run(
+        messageKey,
+        baseKey,
+        owner,
+        peer,
+        t,
+        c.timeMs,
+        c.nonce,
+        c.revisionTimeMs,
+        c.reencryptedAtMs,
+        nowMs,
+        nowMs,
+        readAt,
+        target,
+        replay ? 1 : 0,
+        originDevice,
+        blob,
+      );
     }
     if ((t === 3 || t === 4) && target && readAt !== null) {
       // A type 3 copy belongs to the original sender (its type 2 copy); a type 4 to the reader (type 1).
@@ -311,16 +349,31 @@ export class SqliteStore implements Store {
     }
   }
 
-  private upsertOutbox(owner: string, primaryKey: string, c: Container, nowMs: number, blobs: Uint8Array[], synced: boolean): void {
+  private upsertOutbox(
+    owner: string,
+    primaryKey: string,
+    c: Container,
+    nowMs: number,
+    blobs: Uint8Array[],
+    synced: boolean,
+  ): void {
     this.sql(
       `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
          stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
-    ).run(owner, primaryKey, syncIdOf(primaryKey, c.revisionTimeMs, c.reencryptedAtMs), nowMs, packBlobs(blobs), synced ? 1 : 0);
+    ).run(
+      owner,
+      primaryKey,
+      syncIdOf(primaryKey, c.revisionTimeMs, c.reencryptedAtMs),
+      nowMs,
+      packBlobs(blobs),
+      synced ? 1 : 0,
+    );
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {
-    const row = this.sql('SELECT * FROM signed_messages WHERE message_key = ?').get(messageKey) as MessageRow | undefined;
+    const row = this.sql('SELECT * FROM signed_messages WHERE message_key = ?').get(messageKey) as
+      MessageRow | undefined;
     return row ? toStoredCopy(row) : null;
   }
 
@@ -341,18 +394,16 @@ export class SqliteStore implements Store {
       q.limit + 1,
     ) as (MessageRow & { delivery_state: DeliveryState | null })[];
     const hasMore = rows.length > q.limit;
-    const items = rows.slice(0, q.limit).map(
-      (r): HistoryItem => {
-        const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
-        return {
-          ...fields,
-          createdAtMs: r.created_at_ms,
-          readAtMs: r.read_at_ms,
-          deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
-          blobB64: toBase64(blob),
-        };
-      },
-    );
+    const items = rows.slice(0, q.limit).map((r): HistoryItem => {
+      const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
+      return {
+        ...fields,
+        createdAtMs: r.created_at_ms,
+        readAtMs: r.read_at_ms,
+        deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
+        blobB64: toBase64(blob),
+      };
+    });
     return { items, hasMore };
   }
 
@@ -367,13 +418,19 @@ export class SqliteStore implements Store {
          FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2))
        WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
     ).all(owner, limit) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
-    return rows.map((r) => ({ peerLogin: r.peer_login, lastTimeMs: r.last_time_ms, lastMessageKey: r.message_key, unreadCount: r.unread }));
+    return rows.map((r) => ({
+      peerLogin: r.peer_login,
+      lastTimeMs: r.last_time_ms,
+      lastMessageKey: r.message_key,
+      unreadCount: r.unread,
+    }));
   }
 
   // ---- delivery rows ----
 
   async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
-    const row = this.sql('SELECT * FROM dm_delivery_state WHERE outgoing_key = ?').get(outgoingKey) as DeliveryDbRow | undefined;
+    const row = this.sql('SELECT * FROM dm_delivery_state WHERE outgoing_key = ?').get(outgoingKey) as
+      DeliveryDbRow | undefined;
     return row ? toDeliveryRow(row) : null;
   }
 
@@ -407,7 +464,11 @@ export class SqliteStore implements Store {
     );
   }
 
-  markDelivered(outgoingKey: string, rev: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): Promise<boolean> {
+  markDelivered(
+    outgoingKey: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    nowMs: number,
+  ): Promise<boolean> {
     return this.db.write(
       () =>
         this.sql(
@@ -430,7 +491,10 @@ export class SqliteStore implements Store {
   }
 
   async countDeliveriesByState(): Promise<Record<DeliveryState, number>> {
-    const rows = this.sql('SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state').all() as { state: DeliveryState; n: number }[];
+    const rows = this.sql('SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state').all() as {
+      state: DeliveryState;
+      n: number;
+    }[];
     const out: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
     for (const r of rows) out[r.state] = r.n;
     return out;
@@ -444,18 +508,23 @@ export class SqliteStore implements Store {
         const parsed = parseSyncId(syncId);
         if (!parsed) continue;
         // A row that moved on to a newer revision keeps synced = 0: only its current syncId acks it.
-        this.sql('UPDATE dm_sync_outbox SET synced = 1 WHERE owner_login = ? AND primary_message_key = ? AND sync_id = ?').run(
-          q.owner,
-          parsed.primaryMessageKey,
-          syncId,
-        );
+        this.sql(
+          'UPDATE dm_sync_outbox SET synced = 1 WHERE owner_login = ? AND primary_message_key = ? AND sync_id = ?',
+        ).run(q.owner, parsed.primaryMessageKey, syncId);
       }
       const rows = this.sql(
         `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox INDEXED BY dm_sync_outbox_unsynced
          WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, primary_message_key) > (?, ?)
          ORDER BY stored_at_ms, primary_message_key LIMIT ?`,
-      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as { primary_message_key: string; sync_id: string; stored_at_ms: number; blobs: Buffer }[];
-      const page = takeWithinBytes(rows, q.limit, q.maxBytes, (r) => unpackBlobs(r.blobs).reduce((n, b) => n + b.length, 0));
+      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as {
+        primary_message_key: string;
+        sync_id: string;
+        stored_at_ms: number;
+        blobs: Buffer;
+      }[];
+      const page = takeWithinBytes(rows, q.limit, q.maxBytes, (r) =>
+        unpackBlobs(r.blobs).reduce((n, b) => n + b.length, 0),
+      );
       return {
         items: page.items.map((r) => ({
           syncId: r.sync_id,
@@ -473,13 +542,23 @@ export class SqliteStore implements Store {
       for (const syncId of q.ackSyncIds) {
         const cut = syncId.lastIndexOf(':');
         if (cut <= 0) continue;
-        this.sql('UPDATE user_settings SET synced = 1 WHERE owner_login = ? AND key = ? AND sync_id = ?').run(q.owner, syncId.slice(0, cut), syncId);
+        this.sql('UPDATE user_settings SET synced = 1 WHERE owner_login = ? AND key = ? AND sync_id = ?').run(
+          q.owner,
+          syncId.slice(0, cut),
+          syncId,
+        );
       }
       const rows = this.sql(
         `SELECT key, value, updated_at_ms, stored_at_ms, sync_id FROM user_settings INDEXED BY user_settings_unsynced
          WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, key) > (?, ?)
          ORDER BY stored_at_ms, key LIMIT ?`,
-      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as { key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number; sync_id: string }[];
+      ).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as {
+        key: string;
+        value: Buffer;
+        updated_at_ms: number;
+        stored_at_ms: number;
+        sync_id: string;
+      }[];
       const page = takeWithinBytes(rows, q.limit, q.maxBytes, (r) => r.value.length + r.key.length);
       return {
         items: page.items.map((r) => ({
@@ -503,8 +582,10 @@ export class SqliteStore implements Store {
         };
       }
       return {
-        updated: this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner).changes,
-        dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner).changes,
+        updated: this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
+          .changes,
+        dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
+          .changes,
       };
     });
   }
@@ -526,7 +607,9 @@ export class SqliteStore implements Store {
   }
 
   async outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }> {
-    const r = this.sql('SELECT SUM(synced = 1) AS s, SUM(synced = 0) AS u FROM dm_sync_outbox WHERE owner_login = ?').get(owner) as {
+    const r = this.sql(
+      'SELECT SUM(synced = 1) AS s, SUM(synced = 0) AS u FROM dm_sync_outbox WHERE owner_login = ?',
+    ).get(owner) as {
       s: number | null;
       u: number | null;
     };
@@ -536,12 +619,19 @@ export class SqliteStore implements Store {
   rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean> {
     return this.db.write(() => {
       this.sql('DELETE FROM s2s_nonces WHERE seen_at_ms < ?').run(sinceMs);
-      return this.sql('INSERT INTO s2s_nonces (server_login, nonce, seen_at_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING').run(serverLogin, nonceB64, nowMs).changes === 1;
+      return (
+        this.sql(
+          'INSERT INTO s2s_nonces (server_login, nonce, seen_at_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING',
+        ).run(serverLogin, nonceB64, nowMs).changes === 1
+      );
     });
   }
 
   async listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]> {
-    const rows = this.sql('SELECT * FROM dm_delivery_state WHERE state = ? ORDER BY accepted_at_ms DESC LIMIT ?').all(state, limit) as DeliveryDbRow[];
+    const rows = this.sql('SELECT * FROM dm_delivery_state WHERE state = ? ORDER BY accepted_at_ms DESC LIMIT ?').all(
+      state,
+      limit,
+    ) as DeliveryDbRow[];
     return rows.map(toDeliveryRow);
   }
 
@@ -549,19 +639,21 @@ export class SqliteStore implements Store {
 
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }> {
     return this.db.write(() => {
-      const row = this.sql('SELECT first_seen_at_ms FROM session_devices WHERE owner_login = ? AND device_id = ?').get(login, deviceId) as
-        | { first_seen_at_ms: number }
-        | undefined;
-      if (row) {
-        this.sql('UPDATE session_devices SET last_seen_at_ms = ? WHERE owner_login = ? AND device_id = ?').run(nowMs, login, deviceId);
-        return { firstSeenAtMs: row.first_seen_at_ms, isNew: false };
-      }
-      this.sql('INSERT INTO session_devices (owner_login, device_id, first_seen_at_ms, last_seen_at_ms) VALUES (?, ?, ?, ?)').run(
+      const row = this.sql('SELECT first_seen_at_ms FROM session_devices WHERE owner_login = ? AND device_id = ?').get(
         login,
         deviceId,
-        nowMs,
-        nowMs,
-      );
+      ) as { first_seen_at_ms: number } | undefined;
+      if (row) {
+        this.sql('UPDATE session_devices SET last_seen_at_ms = ? WHERE owner_login = ? AND device_id = ?').run(
+          nowMs,
+          login,
+          deviceId,
+        );
+        return { firstSeenAtMs: row.first_seen_at_ms, isNew: false };
+      }
+      this.sql(
+        'INSERT INTO session_devices (owner_login, device_id, first_seen_at_ms, last_seen_at_ms) VALUES (?, ?, ?, ?)',
+      ).run(login, deviceId, nowMs, nowMs);
       return { firstSeenAtMs: nowMs, isNew: true };
     });
   }
@@ -590,19 +682,30 @@ export class SqliteStore implements Store {
     return this.db.write(() => {
       let acked = 0;
       for (const key of new Set(messageKeys)) {
-        const row = this.sql('SELECT revision_time_ms, reencrypted_at_ms FROM signed_messages WHERE message_key = ? AND owner_login = ?').get(
-          key,
-          login,
-        ) as { revision_time_ms: number; reencrypted_at_ms: number } | undefined;
+        const row = this.sql(
+          'SELECT revision_time_ms, reencrypted_at_ms FROM signed_messages WHERE message_key = ? AND owner_login = ?',
+        ).get(key, login) as { revision_time_ms: number; reencrypted_at_ms: number } | undefined;
         if (!row) continue;
-        this.ackTx(login, deviceId, key, { revisionTimeMs: row.revision_time_ms, reencryptedAtMs: row.reencrypted_at_ms }, nowMs);
+        this.ackTx(
+          login,
+          deviceId,
+          key,
+          { revisionTimeMs: row.revision_time_ms, reencryptedAtMs: row.reencrypted_at_ms },
+          nowMs,
+        );
         acked++;
       }
       return acked;
     });
   }
 
-  private ackTx(login: string, deviceId: string, key: string, rev: { revisionTimeMs: number; reencryptedAtMs: number }, nowMs: number): void {
+  private ackTx(
+    login: string,
+    deviceId: string,
+    key: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    nowMs: number,
+  ): void {
     this.sql(
       `INSERT INTO session_deliveries (owner_login, device_id, message_key, revision_time_ms, reencrypted_at_ms, acked_at_ms)
        VALUES (?, ?, ?, ?, ?, ?)
@@ -627,9 +730,10 @@ export class SqliteStore implements Store {
 
   setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }> {
     return this.db.write(() => {
-      const row = this.sql('SELECT value, updated_at_ms FROM user_settings WHERE owner_login = ? AND key = ?').get(input.owner, input.key) as
-        | { value: Buffer; updated_at_ms: number }
-        | undefined;
+      const row = this.sql('SELECT value, updated_at_ms FROM user_settings WHERE owner_login = ? AND key = ?').get(
+        input.owner,
+        input.key,
+      ) as { value: Buffer; updated_at_ms: number } | undefined;
       if (row) {
         const newer = input.updatedAtMs - row.updated_at_ms || compareBytes(input.value, row.value);
         if (newer <= 0) return { applied: false, updatedAtMs: row.updated_at_ms };
@@ -638,13 +742,23 @@ export class SqliteStore implements Store {
         `INSERT INTO user_settings (owner_login, key, value, updated_at_ms, stored_at_ms, sync_id, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (owner_login, key) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms,
            stored_at_ms = excluded.stored_at_ms, sync_id = excluded.sync_id, synced = excluded.synced`,
-      ).run(input.owner, input.key, Buffer.from(input.value), input.updatedAtMs, input.nowMs, `${input.key}:${input.updatedAtMs}`, input.synced ? 1 : 0);
+      ).run(
+        input.owner,
+        input.key,
+        Buffer.from(input.value),
+        input.updatedAtMs,
+        input.nowMs,
+        `${input.key}:${input.updatedAtMs}`,
+        input.synced ? 1 : 0,
+      );
       return { applied: true, updatedAtMs: input.updatedAtMs };
     });
   }
 
   async getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]> {
-    const rows = this.sql('SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? ORDER BY key').all(owner) as {
+    const rows = this.sql(
+      'SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? ORDER BY key',
+    ).all(owner) as {
       key: string;
       value: Buffer;
       updated_at_ms: number;
@@ -653,7 +767,12 @@ export class SqliteStore implements Store {
     const wanted = keys ? new Set(keys) : null;
     return rows
       .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
-      .map((r) => ({ key: r.key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms }));
+      .map((r) => ({
+        key: r.key,
+        value: new Uint8Array(r.value),
+        updatedAtMs: r.updated_at_ms,
+        storedAtMs: r.stored_at_ms,
+      }));
   }
 }
 
@@ -661,7 +780,12 @@ export class SqliteStore implements Store {
  * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
  * rows holds up to limit + 1 rows so that hasMore needs no second query.
  */
-function takeWithinBytes<T>(rows: T[], limit: number, maxBytes: number, size: (row: T) => number): { items: T[]; hasMore: boolean } {
+function takeWithinBytes<T>(
+  rows: T[],
+  limit: number,
+  maxBytes: number,
+  size: (row: T) => number,
+): { items: T[]; hasMore: boolean } {
   const items: T[] = [];
   let bytes = 0;
   for (const row of rows) {
