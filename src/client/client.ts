@@ -20,7 +20,7 @@ import type {
   HistoryItem,
   OpName,
   OpPayload,
-  OpResults,
+  OpAnswer,
   PairAnswer,
 } from '../protocol/ops.js';
 import { decryptBody, encryptBody, settingAad } from './e2e.js';
@@ -133,7 +133,7 @@ export class ShineClient {
   private isClosed = false;
   private identity: Identity | null = null;
   private lastEditMs = 0;
-  private sessionInfo: (OpResults['AuthLogin'] & { serverLogin: string }) | null = null;
+  private sessionInfo: (OpAnswer<'AuthLogin'> & { serverLogin: string }) | null = null;
 
   private constructor(
     private readonly ws: WebSocketLike,
@@ -175,7 +175,7 @@ export class ShineClient {
   }
 
   /** The logged-in session, or null before login(). */
-  get session(): (OpResults['AuthLogin'] & { serverLogin: string }) | null {
+  get session(): (OpAnswer<'AuthLogin'> & { serverLogin: string }) | null {
     return this.sessionInfo;
   }
 
@@ -185,8 +185,8 @@ export class ShineClient {
   }
 
   /** Typed call of an op of the SPEC. */
-  request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpResults[K]> {
-    return this.call(op, payload) as Promise<OpResults[K]>;
+  request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> {
+    return this.call(op, payload) as Promise<OpAnswer<K>>;
   }
 
   /** Subscribes to events of one op (DirectMessage, DmDeliveryStateChanged, …); returns the unsubscribe. */
@@ -219,7 +219,7 @@ export class ShineClient {
   }
 
   /** Authenticates this socket as identity's user on device deviceId (AuthChallenge, then AuthLogin). */
-  async login(identity: Identity, deviceId: string): Promise<OpResults['AuthLogin']> {
+  async login(identity: Identity, deviceId: string): Promise<OpAnswer<'AuthLogin'>> {
     const challenge = await this.request('AuthChallenge', {});
     const text = authSigningText({
       server: challenge.serverLogin,
@@ -374,7 +374,7 @@ export class ShineClient {
   }
 
   /** The user's dialogs, newest first. */
-  async conversations(limit?: number): Promise<OpResults['GetConversations']['items']> {
+  async conversations(limit?: number): Promise<OpAnswer<'GetConversations'>['items']> {
     return (await this.request('GetConversations', limit === undefined ? {} : { limit })).items;
   }
 
@@ -388,7 +388,7 @@ export class ShineClient {
     key: string,
     value: Uint8Array | null,
     updatedAtMs: number = this.now(),
-  ): Promise<OpResults['SetUserSetting']> {
+  ): Promise<OpAnswer<'SetUserSetting'>> {
     const me = this.me();
     const valueB64 = value === null ? '' : toBase64(encryptBody(value, me.encPublicKey, settingAad(me.login, key)));
     return this.request('SetUserSetting', { key, valueB64, updatedAtMs });

@@ -9,10 +9,13 @@ import { toBase64 } from '../../protocol/bytes.js';
 import type { ChannelErrors } from '../../protocol/channel.js';
 import { RequestChannel, errorOfAnswer } from '../../protocol/channel.js';
 import { MAX_FRAME } from '../../protocol/envelope.js';
+import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText } from '../../protocol/identity.js';
+import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
+import { answerSchema } from '../../protocol/ops.js';
 import type { Clock } from '../clock.js';
-import type { PeerCaller } from '../delivery/engine.js';
 import type { Logger } from '../log.js';
+import type { PeerCaller } from './peer-caller.js';
 
 export interface PeerPoolDeps {
   serverLogin: string;
@@ -214,13 +217,16 @@ export class PeerPool implements PeerCaller {
 
   constructor(private readonly deps: PeerPoolDeps) {}
 
-  async call<T = unknown>(serverLogin: string, op: string, payload: Record<string, unknown>): Promise<T> {
+  async call<K extends OpName>(serverLogin: string, op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> {
     if (serverLogin === this.deps.serverLogin) throw new Error('a server does not call itself');
     let c = this.connections.get(serverLogin);
     if (!c) this.connections.set(serverLogin, (c = new PeerConnection(serverLogin, this.deps)));
     this.open.set(serverLogin, (this.open.get(serverLogin) ?? 0) + 1);
     try {
-      return (await c.call(op, payload)) as T;
+      const answer = answerSchema(op).safeParse(await c.call(op, payload));
+      if (!answer.success)
+        throw new ShineError('INTERNAL', `${serverLogin}: malformed ${op} answer: ${answer.error.issues[0]?.message}`);
+      return answer.data;
     } finally {
       this.open.set(serverLogin, this.open.get(serverLogin)! - 1);
     }
