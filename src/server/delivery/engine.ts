@@ -6,6 +6,7 @@
  */
 import { toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
+import { incomingKeyOf } from '../../protocol/container.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
@@ -33,12 +34,6 @@ export interface DeliveryOptions {
   poolSize?: number;
   /** Due rows waiting for the pool (each is claimed when its attempt starts); the worker scans no more while it is full. */
   queueSize?: number;
-}
-
-/** The incoming key of a pair, from its outgoing key (`…|2` → `…|1`). */
-export function incomingKeyOf(outgoingKey: string): string {
-  const type = Number(outgoingKey.slice(outgoingKey.lastIndexOf('|') + 1));
-  return `${outgoingKey.slice(0, outgoingKey.lastIndexOf('|'))}|${type - 1}`;
 }
 
 /** A claimed row's lease, in call timeouts. */

@@ -1,16 +1,8 @@
 /** Direct messages on one server: validating and storing pairs, history, receipts, deletes, replay. */
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
-import {
-  ContainerError,
-  MAX_CONTAINER,
-  baseKeyOf,
-  copyFieldsOf,
-  decodeContainer,
-  ownerOf,
-  pairProblem,
-  verifyContainer,
-} from '../../protocol/container.js';
+import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
+import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem, verifyContainer } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -281,28 +273,6 @@ export class DmService {
   async getSettings(payload: OpPayload<'GetUserSettings'>, session: UserSession): Promise<OpAnswer<'GetUserSettings'>> {
     const rows = await this.deps.store.getSettings(session.login, payload.keys);
     return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
-  }
-}
-
-export function checkBlobSize(b64: string): void {
-  // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
-  // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
-  const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);
-  if (bytes > MAX_CONTAINER) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
-}
-
-/** Base64 → container, with the SPEC's codes for each failure. */
-export function decodeBlob(b64: string): Container {
-  checkBlobSize(b64);
-  const bytes = fromBase64(b64);
-  if (!bytes) throw new ShineError('BAD_BLOB', 'blob is not base64');
-  try {
-    return decodeContainer(bytes);
-  } catch (err) {
-    if (err instanceof ContainerError) {
-      throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `container rejected: ${err.reason}`);
-    }
-    throw err;
   }
 }
 

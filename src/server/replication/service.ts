@@ -13,7 +13,7 @@ import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { DmService } from '../dm/service.js';
-import { decodeBlob } from '../dm/service.js';
+import { decodeBlob } from '../../protocol/blob.js';
 import type { FederationService } from '../federation/service.js';
 import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
