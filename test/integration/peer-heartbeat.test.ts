@@ -7,11 +7,11 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import WebSocket from 'ws';
-import { ShineClient, createIdentity, makeProfile } from '../../src/client/index.js';
+import { createIdentity } from '../../src/client/index.js';
 import type { DirectMessageEvent } from '../../src/protocol/ops.js';
 import { HEARTBEATS_PER_TIMEOUT } from '../../src/server/federation/peer-client.js';
 import { createLogger } from '../../src/server/log.js';
+import { connectIdentity } from '../helpers/federated-processes.js';
 import { FAST } from '../helpers/federation.js';
 import { startNetwork } from '../helpers/network.js';
 import { freePort } from '../helpers/server-process.js';
@@ -53,14 +53,8 @@ describe('peer connection heartbeats', () => {
       ],
     });
     const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
-    const alice = createIdentity('alice');
-    const bob = createIdentity('bob');
-    await using ca = await ShineClient.connect(alpha.wsUrl, { WebSocket: WebSocket as never });
-    await using cb = await ShineClient.connect(beta.wsUrl, { WebSocket: WebSocket as never });
-    await ca.register(makeProfile(alice, ['alpha'], 1, Date.now()));
-    await cb.register(makeProfile(bob, ['beta'], 1, Date.now()));
-    await ca.login(alice, 'laptop');
-    await cb.login(bob, 'phone');
+    await using ca = await connectIdentity(alpha.wsUrl, createIdentity('alice'), ['alpha'], 'laptop');
+    await using cb = await connectIdentity(beta.wsUrl, createIdentity('bob'), ['beta'], 'phone');
     const received: string[] = [];
     cb.on('DirectMessage', (e: DirectMessageEvent) => received.push(e.messageKey));
 
