@@ -169,9 +169,15 @@ class PeerConnection {
     const tick = (): void => {
       if (this.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
       if (!answered) {
-        this.deps.log.warn('peer connection silent: replacing it', { peer: this.peer, silentMs: every });
-        // terminate, not close: a closing handshake would wait on the silent peer.
-        ws.terminate();
+        // Checked once more after the socket has been read: when this process was busy for a while, the
+        // pong may sit unread in the socket while this timer fires first.
+        this.deps.clock.setTimer(0, () => {
+          if (answered) return tick();
+          if (this.ws !== ws) return;
+          this.deps.log.warn('peer connection silent: replacing it', { peer: this.peer, silentMs: every });
+          // terminate, not close: a closing handshake would wait on the silent peer.
+          ws.terminate();
+        });
         return;
       }
       answered = false;
