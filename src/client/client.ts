@@ -1,5 +1,7 @@
 /** ShineClient: one WebSocket session to an access server (SPEC §5), with E2E text on top. Node and browser. */
 import { fromBase64, toBase64 } from '../protocol/bytes.js';
+import type { ChannelErrors } from '../protocol/channel.js';
+import { RequestChannel } from '../protocol/channel.js';
 import type { Container } from '../protocol/container.js';
 import {
   ContainerError,
@@ -18,7 +20,7 @@ import type {
   HistoryItem,
   OpName,
   OpPayload,
-  OpResults,
+  OpAnswer,
   PairAnswer,
 } from '../protocol/ops.js';
 import { decryptBody, encryptBody, settingAad } from './e2e.js';
@@ -91,14 +93,19 @@ export interface Setting {
   updatedAtMs: number;
 }
 
-interface Pending {
-  op: string;
-  resolve: (payload: unknown) => void;
-  reject: (err: Error) => void;
-  timer: ReturnType<typeof setTimeout>;
-}
-
 type Listener = (payload: never) => void;
+
+/** Error answers and local failures as ShineClientError. */
+const clientErrors: ChannelErrors = {
+  answered: (frame, op) =>
+    new ShineClientError(
+      frame.error?.code ?? 'INTERNAL',
+      typeof frame.status === 'number' ? frame.status : 500,
+      frame.error?.message ?? 'request failed',
+      op,
+    ),
+  unanswered: (why, op, message) => new ShineClientError(why, 0, message, op),
+};
 
 /** Fetches and verifies a server's descriptor from the HTTP side of its WebSocket URL (SPEC §4). */
 export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch = fetch): Promise<ServerDescriptor> {
@@ -118,36 +125,37 @@ export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch
 export class ShineClient {
   /** Settles when the socket has closed, for whatever reason. */
   readonly closed: Promise<{ code: number; reason: string }>;
-  private readonly pending = new Map<string, Pending>();
+  private readonly channel: RequestChannel;
   private readonly listeners = new Map<string, Set<Listener>>();
   /** Profiles by login; promises so concurrent look-ups share one request. */
   private readonly profiles = new Map<string, Promise<UserProfile>>();
-  private readonly timeoutMs: number;
   private readonly now: () => number;
-  private seq = 0;
   private isClosed = false;
   private identity: Identity | null = null;
   private lastEditMs = 0;
-  private sessionInfo: (OpResults['AuthLogin'] & { serverLogin: string }) | null = null;
+  private sessionInfo: (OpAnswer<'AuthLogin'> & { serverLogin: string }) | null = null;
 
   private constructor(
     private readonly ws: WebSocketLike,
     options: ShineClientOptions,
   ) {
-    this.timeoutMs = options.requestTimeoutMs ?? 15_000;
     this.now = options.now ?? Date.now;
+    this.channel = new RequestChannel({
+      send: (text) => ws.send(text),
+      timeoutMs: options.requestTimeoutMs ?? 15_000,
+      errors: clientErrors,
+      onEvent: (op, payload) => this.emit(op, payload),
+    });
     this.closed = new Promise((resolve) => {
       ws.addEventListener('close', (ev: { code: number; reason: string }) => {
         this.isClosed = true;
-        for (const [id, p] of this.pending) {
-          clearTimeout(p.timer);
-          p.reject(new ShineClientError('CLOSED', 0, `connection closed before ${p.op} was answered`, p.op));
-          this.pending.delete(id);
-        }
+        this.channel.failAll('connection closed', true);
         resolve({ code: ev.code, reason: String(ev.reason) });
       });
     });
-    ws.addEventListener('message', (ev: { data: unknown }) => this.onFrame(ev.data));
+    ws.addEventListener('message', (ev: { data: unknown }) => {
+      if (typeof ev.data === 'string') this.channel.receive(ev.data);
+    });
     // Every error is followed by a close, which settles everything; without a listener ws would throw.
     ws.addEventListener('error', () => undefined);
   }
@@ -167,33 +175,18 @@ export class ShineClient {
   }
 
   /** The logged-in session, or null before login(). */
-  get session(): (OpResults['AuthLogin'] & { serverLogin: string }) | null {
+  get session(): (OpAnswer<'AuthLogin'> & { serverLogin: string }) | null {
     return this.sessionInfo;
   }
 
   /** Sends any op and resolves with its answer payload; rejects with ShineClientError. */
   call(op: string, payload: object = {}): Promise<unknown> {
-    if (this.isClosed) return Promise.reject(new ShineClientError('CLOSED', 0, 'connection is closed', op));
-    const requestId = String(++this.seq);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(requestId);
-        reject(new ShineClientError('TIMEOUT', 0, `${op} got no answer in ${this.timeoutMs} ms`, op));
-      }, this.timeoutMs);
-      this.pending.set(requestId, { op, resolve, reject, timer });
-      try {
-        this.ws.send(JSON.stringify({ op, requestId, payload }));
-      } catch (err) {
-        clearTimeout(timer);
-        this.pending.delete(requestId);
-        reject(new ShineClientError('CLOSED', 0, `could not send ${op}: ${String(err)}`, op));
-      }
-    });
+    return this.channel.call(op, payload);
   }
 
   /** Typed call of an op of the SPEC. */
-  request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpResults[K]> {
-    return this.call(op, payload) as Promise<OpResults[K]>;
+  request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> {
+    return this.call(op, payload) as Promise<OpAnswer<K>>;
   }
 
   /** Subscribes to events of one op (DirectMessage, DmDeliveryStateChanged, …); returns the unsubscribe. */
@@ -205,50 +198,16 @@ export class ShineClient {
     return () => void set.delete(listener);
   }
 
-  private onFrame(data: unknown): void {
-    if (typeof data !== 'string') return;
-    let frame: {
-      op?: unknown;
-      requestId?: unknown;
-      event?: unknown;
-      ok?: unknown;
-      status?: unknown;
-      payload?: unknown;
-      error?: { code?: string; message?: string };
-    };
-    try {
-      frame = JSON.parse(data) as typeof frame;
-    } catch {
-      return;
-    }
-    if (frame.event === true && typeof frame.op === 'string') {
-      for (const fn of [...(this.listeners.get(frame.op) ?? [])]) {
-        try {
-          (fn as (p: unknown) => void)(frame.payload);
-        } catch (err) {
-          // A throwing listener must not starve the others or the answers behind it.
-          queueMicrotask(() => {
-            throw err;
-          });
-        }
+  private emit(op: string, payload: unknown): void {
+    for (const fn of [...(this.listeners.get(op) ?? [])]) {
+      try {
+        (fn as (p: unknown) => void)(payload);
+      } catch (err) {
+        // A throwing listener must not starve the others or the answers behind it.
+        queueMicrotask(() => {
+          throw err;
+        });
       }
-      return;
-    }
-    const p = typeof frame.requestId === 'string' ? this.pending.get(frame.requestId) : undefined;
-    if (!p) return;
-    this.pending.delete(frame.requestId as string);
-    clearTimeout(p.timer);
-    if (frame.ok === true) p.resolve(frame.payload);
-    else {
-      const status = typeof frame.status === 'number' ? frame.status : 500;
-      p.reject(
-        new ShineClientError(
-          (frame.error?.code ?? 'INTERNAL') as ErrorCode,
-          status,
-          frame.error?.message ?? 'request failed',
-          p.op,
-        ),
-      );
     }
   }
 
@@ -260,7 +219,7 @@ export class ShineClient {
   }
 
   /** Authenticates this socket as identity's user on device deviceId (AuthChallenge, then AuthLogin). */
-  async login(identity: Identity, deviceId: string): Promise<OpResults['AuthLogin']> {
+  async login(identity: Identity, deviceId: string): Promise<OpAnswer<'AuthLogin'>> {
     const challenge = await this.request('AuthChallenge', {});
     const text = authSigningText({
       server: challenge.serverLogin,
@@ -415,7 +374,7 @@ export class ShineClient {
   }
 
   /** The user's dialogs, newest first. */
-  async conversations(limit?: number): Promise<OpResults['GetConversations']['items']> {
+  async conversations(limit?: number): Promise<OpAnswer<'GetConversations'>['items']> {
     return (await this.request('GetConversations', limit === undefined ? {} : { limit })).items;
   }
 
@@ -429,7 +388,7 @@ export class ShineClient {
     key: string,
     value: Uint8Array | null,
     updatedAtMs: number = this.now(),
-  ): Promise<OpResults['SetUserSetting']> {
+  ): Promise<OpAnswer<'SetUserSetting'>> {
     const me = this.me();
     const valueB64 = value === null ? '' : toBase64(encryptBody(value, me.encPublicKey, settingAad(me.login, key)));
     return this.request('SetUserSetting', { key, valueB64, updatedAtMs });

@@ -269,6 +269,19 @@ export function pairedKeyOf(c: KeyFields & Pick<ContainerFields, 'messageType'>)
   return `${baseKeyOf(c)}|${other}`;
 }
 
+/** The incoming key of a pair, from its outgoing key (`…|2` → `…|1`). */
+export function incomingKeyOf(outgoingKey: string): string {
+  const cut = outgoingKey.lastIndexOf('|');
+  return `${outgoingKey.slice(0, cut)}|${Number(outgoingKey.slice(cut + 1)) - 1}`;
+}
+
+/** The outgoing key of the pair a well-formed key belongs to (an outgoing key is its own); null otherwise. */
+export function outgoingKeyOf(messageKey: string): string | null {
+  const parsed = parseMessageKey(messageKey);
+  if (!parsed) return null;
+  return isOutgoingType(parsed.messageType) ? messageKey : pairedKeyOf(parsed);
+}
+
 /** `primaryMessageKey:revisionTimeMs:reencryptedAtMs`: the ACK token of one revision. */
 export function syncIdOf(primaryMessageKey: string, revisionTimeMs: number, reencryptedAtMs: number): string {
   return `${primaryMessageKey}:${revisionTimeMs}:${reencryptedAtMs}`;

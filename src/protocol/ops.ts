@@ -3,7 +3,6 @@
  * these before a handler runs; the SDK uses the same types.
  */
 import { z } from 'zod';
-import type { UserProfile } from './identity.js';
 import { DEVICE_ID_RE, LOGIN_RE } from './login.js';
 
 const login = z.string().regex(LOGIN_RE);
@@ -81,81 +80,115 @@ export const opSchemas = {
 export type OpName = keyof typeof opSchemas;
 export type OpPayload<K extends OpName> = z.infer<(typeof opSchemas)[K]>;
 
-export type DeliveryState = 'accepted' | 'delivered' | 'failed';
+// ---- answers (SPEC §5): what the server sends back; peer answers are checked against these ----
 
-export interface PairAnswer {
-  messageKey: string;
-  baseKey: string;
-  incomingKey: string;
-  outgoingKey: string;
-  deliveryState: DeliveryState;
-  deliveredWsSessions: number;
-  deliveredWebPushSessions: number;
-}
+const num = z.number();
+const deliveryState = z.enum(['accepted', 'delivered', 'failed']);
+export type DeliveryState = z.infer<typeof deliveryState>;
+
+const pairAnswer = z.object({
+  messageKey: z.string(),
+  baseKey: z.string(),
+  incomingKey: z.string(),
+  outgoingKey: z.string(),
+  deliveryState,
+  deliveredWsSessions: num,
+  deliveredWebPushSessions: num,
+});
+export type PairAnswer = z.infer<typeof pairAnswer>;
 
 /** The fields every view of one stored copy carries. */
-export interface CopyFields {
-  messageKey: string;
-  baseKey: string;
-  messageType: number;
-  fromLogin: string;
-  toLogin: string;
-  timeMs: number;
-  revisionTimeMs: number;
-  reencryptedAtMs: number;
+const copyFields = z.object({
+  messageKey: z.string(),
+  baseKey: z.string(),
+  messageType: num,
+  fromLogin: z.string(),
+  toLogin: z.string(),
+  timeMs: num,
+  revisionTimeMs: num,
+  reencryptedAtMs: num,
+});
+export type CopyFields = z.infer<typeof copyFields>;
+
+const historyItem = copyFields.extend({
+  createdAtMs: num,
+  readAtMs: num.nullable(),
+  deliveryState: deliveryState.nullable(),
+  blobB64: z.string(),
+});
+export type HistoryItem = z.infer<typeof historyItem>;
+
+const deliveryStatusItem = z.object({ messageKey: z.string(), known: z.boolean(), delivered: z.boolean() });
+export type DeliveryStatusItem = z.infer<typeof deliveryStatusItem>;
+
+/** The answer schema of every op, by the same names as opSchemas (a missing one fails the typecheck). */
+export const opAnswerSchemas = {
+  AuthChallenge: z.object({ serverLogin: z.string(), challengeB64: z.string(), expiresAtMs: num }),
+  AuthLogin: z.object({ login: z.string(), deviceId: z.string(), sessionId: z.string() }),
+  RegisterUser: z.object({ profile }),
+  GetUserProfile: z.object({ profile }),
+  SendMessagePair: pairAnswer,
+  DeleteMessage: pairAnswer,
+  DeleteConversation: pairAnswer,
+  GetDirectMessages: z.object({
+    items: z.array(historyItem),
+    hasMore: z.boolean(),
+    nextBeforeTimeMs: num,
+    nextBeforeMessageKey: z.string(),
+  }),
+  GetConversations: z.object({
+    items: z.array(z.object({ peerLogin: z.string(), lastTimeMs: num, lastMessageKey: z.string(), unreadCount: num })),
+  }),
+  AckSessionDelivery: z.object({ acked: num }),
+  SetUserSetting: z.object({ key: z.string(), updatedAtMs: num, applied: z.boolean() }),
+  GetUserSettings: z.object({ items: z.array(z.object({ key: z.string(), valueB64: z.string(), updatedAtMs: num })) }),
+  ServerAuth: z.object({ serverLogin: z.string(), targetServerLogin: z.string() }),
+  ReceiveIncomingMessage: z.object({
+    messageKey: z.string(),
+    baseKey: z.string(),
+    deliveredWsSessions: num,
+    deliveredWebPushSessions: num,
+  }),
+  ReceiveOutcomingMessage: pairAnswer,
+  // One key asked (messageKey): its item; several (messageKeys): all of them.
+  GetDmDeliveryStatus: z.union([z.object({ items: z.array(deliveryStatusItem) }), deliveryStatusItem]),
+  DmSyncBatch: z.object({
+    ownerLogin: z.string(),
+    items: z.array(
+      z.object({ syncId: z.string(), primaryMessageKey: z.string(), storedAtMs: num, blobsB64: z.array(z.string()) }),
+    ),
+    hasMore: z.boolean(),
+    nextStoredAtMs: num,
+    nextMessageKey: z.string(),
+  }),
+  UserSettingsSyncBatch: z.object({
+    ownerLogin: z.string(),
+    items: z.array(
+      z.object({ syncId: z.string(), key: z.string(), valueB64: z.string(), updatedAtMs: num, storedAtMs: num }),
+    ),
+    hasMore: z.boolean(),
+    nextStoredAtMs: num,
+    nextKey: z.string(),
+  }),
+  MarkAllUserSettingsUnsynced: z.object({ updated: num, dmUpdated: num }),
+} as const satisfies { [K in OpName]: z.ZodType };
+
+export type OpAnswer<K extends OpName> = z.infer<(typeof opAnswerSchemas)[K]>;
+
+/** The payload schema of op, typed by its name (indexing the table with a generic name would lose that). */
+export function payloadSchema<K extends OpName>(op: K): z.ZodType<OpPayload<K>> {
+  const table: { [N in OpName]: z.ZodType<OpPayload<N>> } = opSchemas;
+  return table[op];
 }
 
-export interface HistoryItem extends CopyFields {
-  createdAtMs: number;
-  readAtMs: number | null;
-  deliveryState: DeliveryState | null;
-  blobB64: string;
+/** The answer schema of op, typed by its name. */
+export function answerSchema<K extends OpName>(op: K): z.ZodType<OpAnswer<K>> {
+  const table: { [N in OpName]: z.ZodType<OpAnswer<N>> } = opAnswerSchemas;
+  return table[op];
 }
 
-export interface OpResults {
-  AuthChallenge: { serverLogin: string; challengeB64: string; expiresAtMs: number };
-  AuthLogin: { login: string; deviceId: string; sessionId: string };
-  RegisterUser: { profile: UserProfile };
-  GetUserProfile: { profile: UserProfile };
-  SendMessagePair: PairAnswer;
-  DeleteMessage: PairAnswer;
-  DeleteConversation: PairAnswer;
-  GetDirectMessages: { items: HistoryItem[]; hasMore: boolean; nextBeforeTimeMs: number; nextBeforeMessageKey: string };
-  GetConversations: { items: { peerLogin: string; lastTimeMs: number; lastMessageKey: string; unreadCount: number }[] };
-  AckSessionDelivery: { acked: number };
-  SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
-  GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
-  ServerAuth: { serverLogin: string; targetServerLogin: string };
-  ReceiveIncomingMessage: {
-    messageKey: string;
-    baseKey: string;
-    deliveredWsSessions: number;
-    deliveredWebPushSessions: number;
-  };
-  ReceiveOutcomingMessage: PairAnswer;
-  GetDmDeliveryStatus: DeliveryStatusItem | { items: DeliveryStatusItem[] };
-  DmSyncBatch: {
-    ownerLogin: string;
-    items: { syncId: string; primaryMessageKey: string; storedAtMs: number; blobsB64: string[] }[];
-    hasMore: boolean;
-    nextStoredAtMs: number;
-    nextMessageKey: string;
-  };
-  UserSettingsSyncBatch: {
-    ownerLogin: string;
-    items: { syncId: string; key: string; valueB64: string; updatedAtMs: number; storedAtMs: number }[];
-    hasMore: boolean;
-    nextStoredAtMs: number;
-    nextKey: string;
-  };
-  MarkAllUserSettingsUnsynced: { updated: number; dmUpdated: number };
-}
-
-export interface DeliveryStatusItem {
-  messageKey: string;
-  known: boolean;
-  delivered: boolean;
-}
+/** Every op's answer type by name (SDK convenience; derived, never written by hand). */
+export type OpResults = { [K in OpName]: OpAnswer<K> };
 
 /** The DirectMessage event (SPEC §5.3). */
 export interface DirectMessageEvent extends CopyFields {

@@ -4,9 +4,9 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { authOps } from './api/auth.js';
-import { directoryOps } from './api/directory.js';
-import { dmOps } from './api/dm.js';
+import { registerAuthOps } from './api/auth.js';
+import { registerDirectoryOps } from './api/directory.js';
+import { registerDmOps } from './api/dm.js';
 import { OpRegistry } from './api/registry.js';
 import type { Clock } from './clock.js';
 import { systemClock } from './clock.js';
@@ -25,8 +25,8 @@ import { openSqliteStore } from './store/sqlite/store.js';
 import type { Store } from './store/types.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
-import { federationOps } from './api/federation.js';
-import { replicationOps } from './api/replication.js';
+import { registerFederationOps } from './api/federation.js';
+import { registerReplicationOps } from './api/replication.js';
 import { DeliveryEngine } from './delivery/engine.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
@@ -122,12 +122,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       log,
       metrics,
     });
-    const registry = new OpRegistry()
-      .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dm.onLogin(session) }))
-      .add(directoryOps(directory))
-      .add(dmOps(dm))
-      .add(federationOps(federation))
-      .add(replicationOps(replication));
+    const registry = new OpRegistry();
+    registerAuthOps(registry, { config, clock, directory, hub, verifier, log, onLogin: (s) => dm.onLogin(s) });
+    registerDirectoryOps(registry, directory);
+    registerDmOps(registry, dm);
+    registerFederationOps(registry, federation);
+    registerReplicationOps(registry, replication);
     const adminRoutes = adminApi({ store, replication });
     const ctx: AppContext = {
       config,

@@ -10,7 +10,7 @@ import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { SessionHub } from './sessions.js';
 import type { Store } from './store/types.js';
-import type { AdminRoute } from './transport/http.js';
+import type { AdminRoute } from './api/admin.js';
 
 export interface AppContext {
   readonly config: Config;

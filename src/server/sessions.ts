@@ -14,6 +14,19 @@ export interface Session {
   send(frame: object): boolean;
 }
 
+/** A session after AuthLogin: bound to one login and device. */
+export type UserSession = Session & { readonly login: string; readonly deviceId: string };
+
+/**
+ * A session allowed to call server ops. serverLogin is set by ServerAuth; it is null only when s2sAuth
+ * is `off`, where such ops trust the payload's sourceServerLogin instead (SPEC §5.4).
+ */
+export type ServerSession = Session;
+
+export function isUserSession(session: Session): session is UserSession {
+  return session.login !== null && session.deviceId !== null;
+}
+
 export class SessionHub {
   private readonly byId = new Map<string, Session>();
   private readonly byLogin = new Map<string, Set<Session>>();

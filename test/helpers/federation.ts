@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
+import { decodeBlob } from '../../src/protocol/blob.js';
 import { toBase64, utf8 } from '../../src/protocol/bytes.js';
 import type { Container, MessageType } from '../../src/protocol/container.js';
 import { baseKeyOf, encodeSigned, messageKeyOf } from '../../src/protocol/container.js';
@@ -239,6 +240,18 @@ export interface HoldingPeer extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** A well-formed success answer of a recipient server that stores nothing and has no sessions. */
+function standInAnswer(op: string, payload: Record<string, unknown>): object {
+  if (op === 'GetDmDeliveryStatus') return { messageKey: String(payload.messageKey), known: false, delivered: false };
+  const copy = decodeBlob(String(payload.incomingBlobB64));
+  return {
+    messageKey: messageKeyOf(copy),
+    baseKey: baseKeyOf(copy),
+    deliveredWsSessions: 0,
+    deliveredWebPushSessions: 0,
+  };
+}
+
 export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
   await new Promise<void>((resolve) => wss.once('listening', () => resolve()));
@@ -262,7 +275,7 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
       const call: HeldCall = {
         op: req.op,
         payload: req.payload,
-        answer: () => reply({ deliveredWsSessions: 0, deliveredWebPushSessions: 0 }),
+        answer: () => reply(standInAnswer(req.op, req.payload)),
       };
       if (peer.autoAnswer) call.answer();
       else peer.held.push(call);

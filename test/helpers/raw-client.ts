@@ -2,8 +2,8 @@
  * A bare WebSocket client for protocol-level tests: sends exactly what it is told and records every
  * frame it receives, so tests can wait on what the server actually said.
  */
-import { randomUUID } from 'node:crypto';
 import { WebSocket } from 'ws';
+import { RequestChannel } from '../../src/protocol/channel.js';
 import type { ErrorResponse, EventFrame, OkResponse, Response } from '../../src/protocol/envelope.js';
 
 /** Any frame the server sent, parsed. */
@@ -45,9 +45,11 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
   const closed = new Promise<{ code: number; reason: string }>((resolve) => {
     ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() }));
   });
+  const channel = new RequestChannel({ send: (text) => ws.send(text), timeoutMs: DEFAULT_TIMEOUT_MS });
   ws.on('message', (data, isBinary) => {
     if (isBinary) throw new Error('server sent a binary frame');
-    const frame = JSON.parse(String(data)) as Frame;
+    const frame = channel.receive(String(data)) as Frame | null;
+    if (frame === null) throw new Error(`server sent text that is not JSON: ${String(data).slice(0, 200)}`);
     frames.push(frame);
     if (frame.event === true) events.push(frame as EventFrame);
     for (const w of waiters) {
@@ -61,6 +63,7 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
     ws.once('open', () => resolve());
     ws.once('error', reject);
   });
+  void closed.then(() => channel.failAll('connection closed', true));
   ws.on('error', () => {
     // Surfaced through `closed`; an unhandled 'error' event would crash the test process.
   });
@@ -89,12 +92,8 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
     });
   };
 
-  const request: RawClient['request'] = async (op, payload = {}, opts = {}) => {
-    const requestId = opts.requestId ?? randomUUID();
-    const answer = waitFrom(frames.length, (f) => f.event !== true && f.requestId === requestId, opts.timeoutMs);
-    ws.send(JSON.stringify({ op, requestId, payload }));
-    return (await answer) as never;
-  };
+  const request: RawClient['request'] = async (op, payload = {}, opts = {}) =>
+    (await channel.request(op, payload as object, opts)) as never;
 
   const close = async () => {
     if (ws.readyState === WebSocket.CLOSED) return;
@@ -104,11 +103,10 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
 
   return {
     request,
-    async call<P>(op: string, payload?: unknown) {
-      const answer = await request<P>(op, payload);
-      if (!answer.ok) throw new Error(`${op} failed: ${answer.status} ${answer.error.code} ${answer.error.message}`);
-      return answer.payload;
-    },
+    call: async <P>(op: string, payload?: unknown) =>
+      (await channel.call(op, payload as object).catch((err: { code?: string; message: string }) => {
+        throw new Error(`${op} failed: ${err.code ?? ''} ${err.message}`);
+      })) as P,
     sendText: (text) => ws.send(text),
     sendBinary: (bytes) => ws.send(bytes, { binary: true }),
     frames,

@@ -2,7 +2,8 @@
  * A WebSocket relay put in front of a server's /ws (give that server SHINE_PUBLIC_WS_URL = proxy.wsUrl
  * so its peers dial the relay). It forwards text frames both ways unchanged, shows every frame to the
  * test, and can hold back chosen client frames — so a test can stop a peer between two steps of a
- * protocol (e.g. after it stored a sync page, before its ACK reaches the source).
+ * protocol (e.g. after it stored a sync page, before its ACK reaches the source). Pings are relayed too,
+ * so `blackholeOpen()` makes the connections open now half-open: nothing passes either way, nothing closes.
  */
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -15,6 +16,10 @@ export interface WsProxy extends AsyncDisposable {
   filter: (frame: ParsedFrame) => ProxyVerdict;
   /** Called for every frame the upstream server sends back. */
   onAnswer: (frame: ParsedFrame) => void;
+  /** From now on the connections open now pass nothing (frames, pings, pongs) and stay open; new ones pass. */
+  blackholeOpen(): void;
+  /** Connections made through the relay so far. */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -30,16 +35,23 @@ function parse(text: string): ParsedFrame {
 }
 
 export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
-  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 64 * 1024 * 1024 });
+  // No automatic pong: pings are relayed to the upstream server, so a blackholed path answers none.
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 64 * 1024 * 1024, autoPong: false });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);
   });
   const sockets = new Set<WebSocket>();
+  const dead = new Set<WebSocket>();
+  let connections = 0;
   const proxy: WsProxy = {
     wsUrl: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/ws`,
     filter: () => 'pass',
     onAnswer: () => undefined,
+    blackholeOpen: () => sockets.forEach((s) => dead.add(s)),
+    get connections() {
+      return connections;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.terminate();
@@ -48,20 +60,27 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
     [Symbol.asyncDispose]: () => proxy.close(),
   };
   server.on('connection', (client) => {
-    const upstream = new WebSocket(upstreamWsUrl, { maxPayload: 64 * 1024 * 1024 });
+    const upstream = new WebSocket(upstreamWsUrl, { maxPayload: 64 * 1024 * 1024, autoPong: false });
     sockets.add(client).add(upstream);
+    connections++;
+    const passes = (): boolean => !dead.has(client);
+    client.on('ping', (data) => passes() && upstream.readyState === WebSocket.OPEN && upstream.ping(data));
+    upstream.on('pong', (data) => passes() && client.pong(data));
+    upstream.on('ping', (data) => passes() && client.ping(data));
+    client.on('pong', (data) => passes() && upstream.readyState === WebSocket.OPEN && upstream.pong(data));
     const early: string[] = [];
     upstream.on('open', () => {
       for (const text of early.splice(0)) upstream.send(text);
     });
     client.on('message', (data) => {
       const text = String(data);
-      if (proxy.filter(parse(text)) === 'hold') return;
+      if (!passes() || proxy.filter(parse(text)) === 'hold') return;
       if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
       else early.push(text);
     });
     upstream.on('message', (data) => {
       const text = String(data);
+      if (!passes()) return;
       proxy.onAnswer(parse(text));
       if (client.readyState === WebSocket.OPEN) client.send(text);
     });
@@ -70,6 +89,8 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
       upstream.terminate();
       sockets.delete(client);
       sockets.delete(upstream);
+      dead.delete(client);
+      dead.delete(upstream);
     };
     client.on('close', end);
     upstream.on('close', end);

@@ -6,10 +6,21 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { WebSocketServer } from 'ws';
+import type { UserProfile } from '../../src/protocol/identity.js';
 import { ManualClock, systemClock } from '../../src/server/clock.js';
 import { PeerPool } from '../../src/server/federation/peer-client.js';
 import { createLogger } from '../../src/server/log.js';
 import { waitUntil } from '../helpers/wait.js';
+
+const PROFILE: UserProfile = {
+  login: '',
+  signKeyB64: 'k',
+  encKeyB64: 'e',
+  accessServers: ['beta'],
+  version: 1,
+  updatedAtMs: 0,
+  signatureB64: 's',
+};
 
 describe('PeerPool', () => {
   let wss: WebSocketServer;
@@ -22,7 +33,7 @@ describe('PeerPool', () => {
     url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/ws`;
     wss.on('connection', (ws) => {
       ws.on('message', (data) => {
-        const req = JSON.parse(String(data)) as { op: string; requestId: string; payload: Record<string, unknown> };
+        const req = JSON.parse(String(data)) as { op: string; requestId: string; payload: { login?: string } };
         seen.push(req);
         if (req.op === 'ServerAuth') {
           ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload: {} }));
@@ -39,7 +50,8 @@ describe('PeerPool', () => {
           JSON.stringify({ requestId: req.requestId + 'x', ok: true }),
         ])
           ws.send(junk);
-        if (req.op === 'Fail')
+        const login = req.payload.login;
+        if (login === 'fail')
           ws.send(
             JSON.stringify({
               op: req.op,
@@ -56,7 +68,7 @@ describe('PeerPool', () => {
               requestId: req.requestId,
               status: 200,
               ok: true,
-              payload: { echo: req.payload },
+              payload: login === 'malformed' ? { profile: { login } } : { profile: { ...PROFILE, login } },
             }),
           );
       });
@@ -77,8 +89,14 @@ describe('PeerPool', () => {
   it('authenticates once, then answers calls by requestId despite junk frames', async () => {
     const p = pool();
     try {
-      const [a, b] = await Promise.all([p.call('beta', 'Echo', { n: 1 }), p.call('beta', 'Echo', { n: 2 })]);
-      assert.deepEqual([a, b], [{ echo: { n: 1 } }, { echo: { n: 2 } }]);
+      const [a, b] = await Promise.all([
+        p.call('beta', 'GetUserProfile', { login: 'alice' }),
+        p.call('beta', 'GetUserProfile', { login: 'bob' }),
+      ]);
+      assert.deepEqual(
+        [a, b],
+        [{ profile: { ...PROFILE, login: 'alice' } }, { profile: { ...PROFILE, login: 'bob' } }],
+      );
       assert.equal(seen.filter((s) => s.op === 'ServerAuth').length, 1);
       assert.deepEqual(seen.find((s) => s.op === 'ServerAuth')?.payload.targetServerLogin, 'beta');
     } finally {
@@ -89,8 +107,27 @@ describe('PeerPool', () => {
   it('turns an error answer into a ShineError with its code, and an unknown peer into unavailability', async () => {
     const p = pool();
     try {
-      await assert.rejects(p.call('beta', 'Fail', {}), (err: { code?: string }) => err.code === 'NOT_PEER');
-      await assert.rejects(p.call('gamma', 'Echo', {}), (err: Error) => err.name === 'PeerUnavailableError');
+      await assert.rejects(
+        p.call('beta', 'GetUserProfile', { login: 'fail' }),
+        (err: { code?: string }) => err.code === 'NOT_PEER',
+      );
+      await assert.rejects(
+        p.call('gamma', 'GetUserProfile', { login: 'alice' }),
+        (err: Error) => err.name === 'PeerUnavailableError',
+      );
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('checks an answer against the op’s answer schema: a malformed one fails the call', async () => {
+    const p = pool();
+    try {
+      await assert.rejects(
+        p.call('beta', 'GetUserProfile', { login: 'malformed' }),
+        (err: { code?: string; message: string }) =>
+          err.code === 'INTERNAL' && /malformed GetUserProfile answer/.test(err.message),
+      );
     } finally {
       await p.close();
     }
@@ -122,7 +159,7 @@ describe('PeerPool', () => {
     });
     try {
       let settled: string | null = null;
-      const call = p.call('slow', 'Echo', {}).then(
+      const call = p.call('slow', 'GetUserProfile', { login: 'alice' }).then(
         () => (settled = 'answered'),
         (err: Error) => (settled = err.message),
       );
@@ -130,7 +167,7 @@ describe('PeerPool', () => {
       clock.advance(600); // authentication took 600 of the call's 1000 ms
       held.shift()!.answer();
       await waitUntil(() => held.length === 1, 5_000, 'the request sent');
-      assert.equal(held[0]!.op, 'Echo');
+      assert.equal(held[0]!.op, 'GetUserProfile');
       clock.advance(399);
       await new Promise((r) => setImmediate(r));
       assert.equal(settled, null, 'still within the call’s timeout');

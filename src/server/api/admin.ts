@@ -3,7 +3,15 @@ import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryState } from '../../protocol/ops.js';
 import type { ReplicationService } from '../replication/service.js';
 import type { Store } from '../store/types.js';
-import type { AdminRoute } from '../transport/http.js';
+import type { IncomingMessage } from 'node:http';
+
+/** A route under /admin or /debug; only reached with the admin token. Answers JSON. */
+export interface AdminRoute {
+  method: 'GET' | 'POST';
+  /** Exact path, e.g. `/debug/delivery`. */
+  path: string;
+  handle(url: URL, req: IncomingMessage): Promise<unknown>;
+}
 
 const STATES: readonly DeliveryState[] = ['accepted', 'delivered', 'failed'];
 

@@ -4,15 +4,12 @@ import { toBase64 } from '../../protocol/bytes.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { ShineError } from '../../protocol/errors.js';
 import { authSigningText, verifyText } from '../../protocol/identity.js';
-import type { OpResults } from '../../protocol/ops.js';
-import { opSchemas } from '../../protocol/ops.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
-import type { Session, SessionHub } from '../sessions.js';
-import type { OpGroup } from './registry.js';
-import { op } from './registry.js';
+import type { SessionHub, UserSession } from '../sessions.js';
+import type { OpRegistry } from './registry.js';
 
 export interface AuthDeps {
   config: Config;
@@ -22,60 +19,55 @@ export interface AuthDeps {
   verifier: SignatureVerifier;
   log: Logger;
   /** Runs after the AuthLogin answer has been sent (replay of the device's events). */
-  onLogin(session: Session): Promise<void>;
+  onLogin(session: UserSession): Promise<void>;
 }
 
 const CHALLENGE_BYTES = 32;
 
-export function authOps(deps: AuthDeps): OpGroup {
+export function registerAuthOps(r: OpRegistry, deps: AuthDeps): void {
   const { config, clock, directory, hub, verifier, log } = deps;
-  return {
-    AuthChallenge: op({
-      auth: 'none',
-      schema: opSchemas.AuthChallenge,
-      async handle(_payload, session): Promise<OpResults['AuthChallenge']> {
-        const challengeB64 = toBase64(randomBytes(CHALLENGE_BYTES));
-        const expiresAtMs = clock.now() + config.authChallengeTtlMs;
-        // Only the latest challenge of a socket is valid: issuing one replaces the previous.
-        session.challenge = { challengeB64, expiresAtMs };
-        return { serverLogin: config.serverLogin, challengeB64, expiresAtMs };
-      },
-    }),
+  r.add('AuthChallenge', {
+    auth: 'none',
+    async handle(_payload, session) {
+      const challengeB64 = toBase64(randomBytes(CHALLENGE_BYTES));
+      const expiresAtMs = clock.now() + config.authChallengeTtlMs;
+      // Only the latest challenge of a socket is valid: issuing one replaces the previous.
+      session.challenge = { challengeB64, expiresAtMs };
+      return { serverLogin: config.serverLogin, challengeB64, expiresAtMs };
+    },
+  });
 
-    AuthLogin: op({
-      auth: 'none',
-      schema: opSchemas.AuthLogin,
-      async handle({ login, deviceId, signatureB64 }, session, call): Promise<OpResults['AuthLogin']> {
-        if (session.login || session.serverLogin)
-          throw new ShineError('FORBIDDEN', 'this socket is already authenticated');
-        // Consumed by every attempt, successful or not, so a challenge can never be tried twice.
-        const challenge = session.challenge;
-        session.challenge = null;
-        if (!challenge || clock.now() > challenge.expiresAtMs)
-          throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
-        const user = await directory.lookup(login, { noImport: true });
-        const text = authSigningText({
-          server: config.serverLogin,
-          challengeB64: challenge.challengeB64,
-          login,
-          deviceId,
-        });
-        if (!user || !verifyText(text, signatureB64, user.profile.signKeyB64, verifier)) {
-          throw new ShineError('AUTH_FAILED', 'unknown login or bad signature');
-        }
-        if (!directory.isAccessServerOf(user)) {
-          throw new ShineError(
-            'LOCAL_SERVER_NOT_ACCESS_SERVER',
-            `${config.serverLogin} is not an access server of ${login}`,
-          );
-        }
-        session.login = login;
-        session.deviceId = deviceId;
-        hub.bindUser(session, login);
-        log.debug('user logged in', { login, deviceId, sessionId: session.id });
-        call.afterAnswer(() => deps.onLogin(session));
-        return { login, deviceId, sessionId: session.id };
-      },
-    }),
-  };
+  r.add('AuthLogin', {
+    auth: 'none',
+    async handle({ login, deviceId, signatureB64 }, session, call) {
+      if (session.login || session.serverLogin)
+        throw new ShineError('FORBIDDEN', 'this socket is already authenticated');
+      // Consumed by every attempt, successful or not, so a challenge can never be tried twice.
+      const challenge = session.challenge;
+      session.challenge = null;
+      if (!challenge || clock.now() > challenge.expiresAtMs)
+        throw new ShineError('AUTH_FAILED', 'no valid challenge: call AuthChallenge first');
+      const user = await directory.lookup(login, { noImport: true });
+      const text = authSigningText({
+        server: config.serverLogin,
+        challengeB64: challenge.challengeB64,
+        login,
+        deviceId,
+      });
+      if (!user || !verifyText(text, signatureB64, user.profile.signKeyB64, verifier)) {
+        throw new ShineError('AUTH_FAILED', 'unknown login or bad signature');
+      }
+      if (!directory.isAccessServerOf(user)) {
+        throw new ShineError(
+          'LOCAL_SERVER_NOT_ACCESS_SERVER',
+          `${config.serverLogin} is not an access server of ${login}`,
+        );
+      }
+      const bound = Object.assign(session, { login, deviceId });
+      hub.bindUser(bound, login);
+      log.debug('user logged in', { login, deviceId, sessionId: bound.id });
+      call.afterAnswer(() => deps.onLogin(bound));
+      return { login, deviceId, sessionId: bound.id };
+    },
+  });
 }

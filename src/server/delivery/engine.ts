@@ -6,20 +6,17 @@
  */
 import { toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
+import { incomingKeyOf } from '../../protocol/container.js';
 import { eventFrame } from '../../protocol/envelope.js';
-import type { DeliveryState, DeliveryStateChangedEvent } from '../../protocol/ops.js';
+import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
+import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { SessionHub } from '../sessions.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
-
-/** Server-to-server calls; rejects on transport failure, timeout or an error answer. */
-export interface PeerCaller {
-  call<T = unknown>(serverLogin: string, op: string, payload: Record<string, unknown>): Promise<T>;
-}
 
 export interface DeliveryDeps {
   config: Config;
@@ -37,17 +34,6 @@ export interface DeliveryOptions {
   poolSize?: number;
   /** Due rows waiting for the pool (each is claimed when its attempt starts); the worker scans no more while it is full. */
   queueSize?: number;
-}
-
-interface StatusAnswer {
-  items?: { messageKey: string; known: boolean; delivered: boolean }[];
-  delivered?: boolean;
-}
-
-/** The incoming key of a pair, from its outgoing key (`…|2` → `…|1`). */
-export function incomingKeyOf(outgoingKey: string): string {
-  const type = Number(outgoingKey.slice(outgoingKey.lastIndexOf('|') + 1));
-  return `${outgoingKey.slice(0, outgoingKey.lastIndexOf('|'))}|${type - 1}`;
 }
 
 /** A claimed row's lease, in call timeouts. */
@@ -183,7 +169,7 @@ export class DeliveryEngine {
    */
   private async deliverTo(
     recipientLogin: string,
-    payload: Record<string, unknown>,
+    payload: OpPayload<'ReceiveIncomingMessage'>,
     refreshWaitMs: number,
   ): Promise<boolean> {
     const { directory, config } = this.deps;
@@ -199,7 +185,7 @@ export class DeliveryEngine {
   }
 
   /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
-  private callRoutes(routes: readonly string[], payload: Record<string, unknown>): Promise<boolean> {
+  private callRoutes(routes: readonly string[], payload: OpPayload<'ReceiveIncomingMessage'>): Promise<boolean> {
     if (routes.length === 0) return Promise.resolve(false);
     return new Promise((resolve) => {
       let pending = routes.length;
@@ -346,8 +332,8 @@ export class DeliveryEngine {
 
   private async peerHasDelivered(peer: string, outgoingKey: string): Promise<boolean> {
     try {
-      const answer = await this.deps.peers.call<StatusAnswer>(peer, 'GetDmDeliveryStatus', { messageKey: outgoingKey });
-      return answer.delivered === true;
+      const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: outgoingKey });
+      return 'delivered' in answer && answer.delivered;
     } catch (err) {
       // The peer's silence never blocks our own attempt.
       this.deps.log.debug('peer status check failed', { peer, err: String(err) });

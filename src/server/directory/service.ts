@@ -15,7 +15,7 @@ import {
 } from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
 import type { Clock, TimerHandle } from '../clock.js';
-import type { PeerCaller } from '../delivery/engine.js';
+import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Config } from '../config/config.js';
 import type { ServerKey } from '../keys.js';
 import { KeyedMutex } from '../keyed-mutex.js';
@@ -238,7 +238,7 @@ export class Directory {
   /** One server's answer to GetUserProfile, if it is a valid profile that lists that server. */
   private async fetchProfile(peers: PeerCaller, server: string, login: string): Promise<UserProfile | null> {
     try {
-      const answer = await peers.call<{ profile?: unknown }>(server, 'GetUserProfile', { login });
+      const answer = await peers.call(server, 'GetUserProfile', { login });
       const profile = this.checkedProfile(answer.profile, (problem) => new Error(problem));
       if (
         profile.login !== login ||

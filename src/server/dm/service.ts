@@ -1,26 +1,18 @@
 /** Direct messages on one server: validating and storing pairs, history, receipts, deletes, replay. */
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
-import {
-  ContainerError,
-  MAX_CONTAINER,
-  baseKeyOf,
-  copyFieldsOf,
-  decodeContainer,
-  ownerOf,
-  pairProblem,
-  verifyContainer,
-} from '../../protocol/container.js';
+import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
+import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem, verifyContainer } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DirectMessageEvent, OpPayload, OpResults, PairAnswer } from '../../protocol/ops.js';
+import type { DirectMessageEvent, OpAnswer, OpPayload, PairAnswer } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
-import type { Session, SessionHub } from '../sessions.js';
+import type { Session, SessionHub, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 
 export interface DmDeps {
@@ -120,8 +112,8 @@ export class DmService {
   }
 
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
-  async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: Session): Promise<PairAnswer> {
-    const login = session.login!;
+  async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: UserSession): Promise<PairAnswer> {
+    const login = session.login;
     const pair = await this.checkPair(op, payload, login);
     const { config, clock, delivery, directory } = this.deps;
     const stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
@@ -205,10 +197,10 @@ export class DmService {
     return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
   }
 
-  async history(payload: OpPayload<'GetDirectMessages'>, session: Session): Promise<OpResults['GetDirectMessages']> {
+  async history(payload: OpPayload<'GetDirectMessages'>, session: UserSession): Promise<OpAnswer<'GetDirectMessages'>> {
     const limit = clamp(payload.limit ?? 50, 1, 200);
     const page = await this.deps.store.getDirectMessages({
-      owner: session.login!,
+      owner: session.login,
       peer: payload.peerLogin,
       beforeTimeMs: payload.beforeTimeMs ?? 0,
       beforeMessageKey: payload.beforeMessageKey ?? '',
@@ -225,15 +217,15 @@ export class DmService {
 
   async conversations(
     payload: OpPayload<'GetConversations'>,
-    session: Session,
-  ): Promise<OpResults['GetConversations']> {
-    return { items: await this.deps.store.getConversations(session.login!, clamp(payload.limit ?? 50, 1, 200)) };
+    session: UserSession,
+  ): Promise<OpAnswer<'GetConversations'>> {
+    return { items: await this.deps.store.getConversations(session.login, clamp(payload.limit ?? 50, 1, 200)) };
   }
 
-  async ack(payload: OpPayload<'AckSessionDelivery'>, session: Session): Promise<OpResults['AckSessionDelivery']> {
+  async ack(payload: OpPayload<'AckSessionDelivery'>, session: UserSession): Promise<OpAnswer<'AckSessionDelivery'>> {
     const acked = await this.deps.store.ackForDevice(
-      session.login!,
-      session.deviceId!,
+      session.login,
+      session.deviceId,
       payload.messageKeys,
       this.deps.clock.now(),
     );
@@ -241,9 +233,9 @@ export class DmService {
   }
 
   /** Called right after a successful AuthLogin answer: replays the device's unacknowledged events. */
-  async onLogin(session: Session): Promise<void> {
-    const login = session.login!;
-    const deviceId = session.deviceId!;
+  async onLogin(session: UserSession): Promise<void> {
+    const login = session.login;
+    const deviceId = session.deviceId;
     const { store, clock } = this.deps;
     const seen = await store.touchDevice(login, deviceId, clock.now());
     if (seen.isNew) return; // a new device reads history instead
@@ -259,7 +251,7 @@ export class DmService {
     }
   }
 
-  async setSetting(payload: OpPayload<'SetUserSetting'>, session: Session): Promise<OpResults['SetUserSetting']> {
+  async setSetting(payload: OpPayload<'SetUserSetting'>, session: UserSession): Promise<OpAnswer<'SetUserSetting'>> {
     const value = fromBase64(payload.valueB64);
     if (!value) throw new ShineError('BAD_FIELDS', 'valueB64 is not base64');
     if (value.length > 65_536) throw new ShineError('TOO_LARGE', 'a setting value is at most 64 KiB');
@@ -268,7 +260,7 @@ export class DmService {
     if (payload.updatedAtMs > now + config.maxTimeSkewMs)
       throw new ShineError('BAD_TIME', 'updatedAtMs is too far in the future');
     const r = await store.setSetting({
-      owner: session.login!,
+      owner: session.login,
       key: payload.key,
       value,
       updatedAtMs: payload.updatedAtMs,
@@ -278,31 +270,9 @@ export class DmService {
     return { key: payload.key, ...r };
   }
 
-  async getSettings(payload: OpPayload<'GetUserSettings'>, session: Session): Promise<OpResults['GetUserSettings']> {
-    const rows = await this.deps.store.getSettings(session.login!, payload.keys);
+  async getSettings(payload: OpPayload<'GetUserSettings'>, session: UserSession): Promise<OpAnswer<'GetUserSettings'>> {
+    const rows = await this.deps.store.getSettings(session.login, payload.keys);
     return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
-  }
-}
-
-export function checkBlobSize(b64: string): void {
-  // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
-  // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
-  const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);
-  if (bytes > MAX_CONTAINER) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
-}
-
-/** Base64 → container, with the SPEC's codes for each failure. */
-export function decodeBlob(b64: string): Container {
-  checkBlobSize(b64);
-  const bytes = fromBase64(b64);
-  if (!bytes) throw new ShineError('BAD_BLOB', 'blob is not base64');
-  try {
-    return decodeContainer(bytes);
-  } catch (err) {
-    if (err instanceof ContainerError) {
-      throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `container rejected: ${err.reason}`);
-    }
-    throw err;
   }
 }
 

@@ -6,13 +6,16 @@
 import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 import { toBase64 } from '../../protocol/bytes.js';
-import type { Response } from '../../protocol/envelope.js';
+import type { ChannelErrors } from '../../protocol/channel.js';
+import { RequestChannel, errorOfAnswer } from '../../protocol/channel.js';
 import { MAX_FRAME } from '../../protocol/envelope.js';
-import { ShineError, isErrorCode } from '../../protocol/errors.js';
+import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText } from '../../protocol/identity.js';
-import type { Clock, TimerHandle } from '../clock.js';
-import type { PeerCaller } from '../delivery/engine.js';
+import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
+import { answerSchema } from '../../protocol/ops.js';
+import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
+import type { PeerCaller } from './peer-caller.js';
 
 export interface PeerPoolDeps {
   serverLogin: string;
@@ -41,17 +44,18 @@ export class PeerUnavailableError extends Error {
   }
 }
 
-interface Pending {
-  resolve(payload: unknown): void;
-  reject(err: Error): void;
-  timer: TimerHandle;
-}
+/**
+ * Heartbeats (SPEC §5.4 is silent; see docs/protocol.md): a connection pings every timeoutMs / 3 and
+ * is dropped when a ping has gone unanswered by the next one, so a half-open connection is found
+ * within 2/3 of the call timeout after it went silent — before the calls waiting on it time out —
+ * and the next call dials afresh.
+ */
+export const HEARTBEATS_PER_TIMEOUT = 3;
 
 class PeerConnection {
   private ws: WebSocket | null = null;
+  private channel: RequestChannel | null = null;
   private ready: Promise<void> | null = null;
-  private readonly pending = new Map<string, Pending>();
-  private seq = 0;
   private failures = 0;
   private retryAtMs = 0;
   private wasDown = false;
@@ -63,21 +67,10 @@ class PeerConnection {
   ) {}
 
   /** One call within one timeout (SPEC §6.2), all of it: a backoff wait, dialling, ServerAuth, the request. */
-  async call(op: string, payload: Record<string, unknown>): Promise<unknown> {
+  async call(op: string, payload: object): Promise<unknown> {
     const deadline = this.deps.clock.now() + this.deps.timeoutMs;
     await this.byDeadline(this.connect(deadline), deadline, `${op} timed out while connecting`);
-    const ws = this.ws!;
-    const requestId = `${++this.seq}`;
-    return new Promise((resolve, reject) => {
-      const timer = this.deps.clock.setTimer(Math.max(0, deadline - this.deps.clock.now()), () => {
-        this.pending.delete(requestId);
-        reject(new PeerUnavailableError(this.peer, `${op} timed out`));
-      });
-      this.pending.set(requestId, { resolve, reject, timer });
-      ws.send(JSON.stringify({ op, requestId, payload }), (err) => {
-        if (err) this.fail(requestId, new PeerUnavailableError(this.peer, `send failed: ${err.message}`));
-      });
-    });
+    return this.channel!.call(op, payload, { timeoutMs: Math.max(0, deadline - this.deps.clock.now()) });
   }
 
   /** Settles as p does, or rejects at the deadline (p itself runs on: a connection is shared). */
@@ -132,81 +125,81 @@ class PeerConnection {
     const url = await this.deps.resolveUrl(this.peer);
     if (!url) throw new PeerUnavailableError(this.peer, 'no known address');
     const ws = new WebSocket(url, { maxPayload: MAX_FRAME, handshakeTimeout: this.deps.timeoutMs });
-    this.ws = ws;
-    ws.on('message', (data, isBinary) => {
-      if (!isBinary) this.onFrame(data.toString());
+    const channel = new RequestChannel({
+      send: (text) =>
+        ws.send(text, (err) => {
+          // A failed write loses the socket: its close fails the calls on it.
+          if (err) ws.terminate();
+        }),
+      timeoutMs: this.deps.timeoutMs,
+      timers: this.deps.clock,
+      errors: this.errors,
+      // Events are not for server sessions.
     });
-    ws.on('close', () => this.onClose(ws));
+    this.ws = ws;
+    this.channel = channel;
+    ws.on('message', (data, isBinary) => {
+      if (!isBinary) channel.receive(data.toString());
+    });
+    ws.on('close', () => this.onClose(ws, channel));
     ws.on('error', (err) => this.deps.log.debug('peer socket error', { peer: this.peer, err: err.message }));
     await new Promise<void>((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', reject);
       ws.once('close', () => reject(new PeerUnavailableError(this.peer, 'closed while connecting')));
     });
+    this.heartbeat(ws);
     const nonceB64 = toBase64(randomBytes(16));
     const timestampMs = this.deps.clock.now();
     const text = s2sSigningText({ from: this.deps.serverLogin, to: this.peer, timestampMs, nonceB64 });
-    const requestId = 'auth';
-    await new Promise((resolve, reject) => {
-      const timer = this.deps.clock.setTimer(this.deps.timeoutMs, () =>
-        reject(new PeerUnavailableError(this.peer, 'ServerAuth timed out')),
-      );
-      this.pending.set(requestId, { resolve, reject, timer });
-      ws.send(
-        JSON.stringify({
-          op: 'ServerAuth',
-          requestId,
-          payload: {
-            serverLogin: this.deps.serverLogin,
-            targetServerLogin: this.peer,
-            timestampMs,
-            nonceB64,
-            signatureB64: this.deps.sign(text),
-          },
-        }),
-      );
+    await channel.call('ServerAuth', {
+      serverLogin: this.deps.serverLogin,
+      targetServerLogin: this.peer,
+      timestampMs,
+      nonceB64,
+      signatureB64: this.deps.sign(text),
     });
   }
 
-  private onFrame(text: string): void {
-    let frame: Response;
-    try {
-      frame = JSON.parse(text) as Response;
-    } catch {
-      return;
-    }
-    // Events are not for server sessions; anything that is not an answer object is ignored.
-    if (typeof frame !== 'object' || frame === null || typeof frame.requestId !== 'string') return;
-    const p = this.pending.get(frame.requestId);
-    if (!p) return;
-    this.pending.delete(frame.requestId);
-    p.timer.cancel();
-    if (frame.ok) p.resolve(frame.payload);
-    else {
-      const code = typeof frame.error === 'object' && frame.error !== null ? frame.error.code : undefined;
-      p.reject(
-        new ShineError(
-          typeof code === 'string' && isErrorCode(code) ? code : 'INTERNAL',
-          `${this.peer}: ${frame.error?.message ?? 'error'}`,
-        ),
-      );
-    }
+  /** Pings while ws is this connection's socket; terminates it when a ping went unanswered (see HEARTBEATS_PER_TIMEOUT). */
+  private heartbeat(ws: WebSocket): void {
+    const every = Math.max(1, Math.floor(this.deps.timeoutMs / HEARTBEATS_PER_TIMEOUT));
+    let answered = true;
+    ws.on('pong', () => (answered = true));
+    const tick = (): void => {
+      if (this.ws !== ws || ws.readyState !== WebSocket.OPEN) return;
+      if (!answered) {
+        // Checked once more after the socket has been read: when this process was busy for a while, the
+        // pong may sit unread in the socket while this timer fires first.
+        this.deps.clock.setTimer(0, () => {
+          if (answered) return tick();
+          if (this.ws !== ws) return;
+          this.deps.log.warn('peer connection silent: replacing it', { peer: this.peer, silentMs: every });
+          // terminate, not close: a closing handshake would wait on the silent peer.
+          ws.terminate();
+        });
+        return;
+      }
+      answered = false;
+      ws.ping();
+      this.deps.clock.setTimer(every, tick);
+    };
+    this.deps.clock.setTimer(every, tick);
   }
 
-  private fail(requestId: string, err: Error): void {
-    const p = this.pending.get(requestId);
-    if (!p) return;
-    this.pending.delete(requestId);
-    p.timer.cancel();
-    p.reject(err);
-  }
+  private readonly errors: ChannelErrors = {
+    answered: (frame) => errorOfAnswer(frame, `${this.peer}: `),
+    unanswered: (why, op, message) =>
+      new PeerUnavailableError(this.peer, why === 'TIMEOUT' ? `${op} timed out` : message),
+  };
 
-  private onClose(ws: WebSocket): void {
+  private onClose(ws: WebSocket, channel: RequestChannel): void {
+    channel.failAll('connection closed', true);
     if (this.ws !== ws) return;
     this.ws = null;
+    this.channel = null;
     this.ready = null;
     this.wasDown = true;
-    for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'connection closed'));
   }
 
   /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
@@ -216,7 +209,7 @@ class PeerConnection {
 
   close(): void {
     this.closed = true;
-    for (const id of [...this.pending.keys()]) this.fail(id, new PeerUnavailableError(this.peer, 'pool closed'));
+    this.channel?.failAll('pool closed', true);
     this.ws?.terminate();
     this.ws = null;
   }
@@ -230,13 +223,16 @@ export class PeerPool implements PeerCaller {
 
   constructor(private readonly deps: PeerPoolDeps) {}
 
-  async call<T = unknown>(serverLogin: string, op: string, payload: Record<string, unknown>): Promise<T> {
+  async call<K extends OpName>(serverLogin: string, op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> {
     if (serverLogin === this.deps.serverLogin) throw new Error('a server does not call itself');
     let c = this.connections.get(serverLogin);
     if (!c) this.connections.set(serverLogin, (c = new PeerConnection(serverLogin, this.deps)));
     this.open.set(serverLogin, (this.open.get(serverLogin) ?? 0) + 1);
     try {
-      return (await c.call(op, payload)) as T;
+      const answer = answerSchema(op).safeParse(await c.call(op, payload));
+      if (!answer.success)
+        throw new ShineError('INTERNAL', `${serverLogin}: malformed ${op} answer: ${answer.error.issues[0]?.message}`);
+      return answer.data;
     } finally {
       this.open.set(serverLogin, this.open.get(serverLogin)! - 1);
     }

@@ -1,5 +1,5 @@
 /** Server operations of SPEC §5.1 and §5.4: ServerAuth and receiving copies from other servers. */
-import { baseKeyOf, messageKeyOf, parseMessageKey } from '../../protocol/container.js';
+import { baseKeyOf, outgoingKeyOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText, verifyText } from '../../protocol/identity.js';
 import type { PairAnswer } from '../../protocol/ops.js';
@@ -9,7 +9,7 @@ import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { DmService } from '../dm/service.js';
-import { checkBlobSize, decodeBlob } from '../dm/service.js';
+import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
 import type { Logger } from '../log.js';
 import type { Session } from '../sessions.js';
 import type { Store } from '../store/types.js';
@@ -182,13 +182,9 @@ export class FederationService {
   > {
     this.sourceOf(session, p.sourceServerLogin);
     const one = async (messageKey: string): Promise<{ messageKey: string; known: boolean; delivered: boolean }> => {
-      const parsed = parseMessageKey(messageKey);
-      if (!parsed) return { messageKey, known: false, delivered: false };
       // An incoming key is answered for its pair's outgoing key.
-      const outgoingKey =
-        parsed.messageType % 2 === 1
-          ? messageKeyOf({ ...parsed, messageType: (parsed.messageType + 1) as 2 })
-          : messageKey;
+      const outgoingKey = outgoingKeyOf(messageKey);
+      if (!outgoingKey) return { messageKey, known: false, delivered: false };
       const row = await this.deps.store.getDelivery(outgoingKey);
       return { messageKey, known: row !== null, delivered: row?.state === 'delivered' };
     };

@@ -7,13 +7,13 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DeliveryStatusItem, OpResults, SyncCycleSummary } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpAnswer, SyncCycleSummary } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
-import type { PeerCaller } from '../delivery/engine.js';
+import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { DmService } from '../dm/service.js';
-import { decodeBlob } from '../dm/service.js';
+import { decodeBlob } from '../../protocol/blob.js';
 import type { FederationService } from '../federation/service.js';
 import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
@@ -43,8 +43,8 @@ export interface SyncBatchPayload {
   sourceServerLogin?: string | undefined;
 }
 
-type DmSyncAnswer = OpResults['DmSyncBatch'];
-type SettingsSyncAnswer = OpResults['UserSettingsSyncBatch'];
+type DmSyncAnswer = OpAnswer<'DmSyncBatch'>;
+type SettingsSyncAnswer = OpAnswer<'UserSettingsSyncBatch'>;
 
 const PAGE_LIMIT = 500;
 
@@ -53,11 +53,17 @@ interface SyncCursor {
   key: string;
 }
 
-/** The two pull protocols of SPEC §7: one shape, each with its own op and cursor key names. */
-const SYNC_OPS = {
-  settings: { op: 'UserSettingsSyncBatch', afterKey: 'afterKey', nextKey: 'nextKey' },
-  dm: { op: 'DmSyncBatch', afterKey: 'afterMessageKey', nextKey: 'nextMessageKey' },
-} as const;
+/** One page of either pull protocol of SPEC §7, with the cursor to ask from next. */
+interface SyncPage<Item> {
+  items: Item[];
+  next: SyncCursor;
+}
+type FetchPage<Item> = (after: SyncCursor, acks: string[]) => Promise<SyncPage<Item>>;
+
+/** The request fields both pull protocols share; each adds its own cursor key. */
+function syncRequest(owner: string, after: SyncCursor, acks: string[]) {
+  return { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, limit: PAGE_LIMIT, ackSyncIds: acks };
+}
 const DEFAULT_MAX_BYTES = 3_000_000;
 const HOUR = 3_600_000;
 
@@ -234,7 +240,14 @@ export class ReplicationService {
   }
 
   private pullSettings(peer: string, owner: string): Promise<number> {
-    return this.pullAll<SettingsSyncAnswer['items'][number]>(peer, owner, 'settings', async (items) => {
+    const fetchPage: FetchPage<SettingsSyncAnswer['items'][number]> = async (after, acks) => {
+      const page = await this.deps.peers.call(peer, 'UserSettingsSyncBatch', {
+        ...syncRequest(owner, after, acks),
+        afterKey: after.key,
+      });
+      return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
+    };
+    return this.pullAll(peer, owner, 'settings', fetchPage, async (items) => {
       for (const item of items) {
         const value = fromBase64(item.valueB64);
         if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128)
@@ -253,9 +266,14 @@ export class ReplicationService {
   }
 
   private pullDm(peer: string, owner: string): Promise<number> {
-    return this.pullAll<DmSyncAnswer['items'][number]>(peer, owner, 'dm', (items) =>
-      this.storePage(peer, owner, items),
-    );
+    const fetchPage: FetchPage<DmSyncAnswer['items'][number]> = async (after, acks) => {
+      const page = await this.deps.peers.call(peer, 'DmSyncBatch', {
+        ...syncRequest(owner, after, acks),
+        afterMessageKey: after.key,
+      });
+      return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
+    };
+    return this.pullAll(peer, owner, 'dm', fetchPage, (items) => this.storePage(peer, owner, items));
   }
 
   /**
@@ -268,23 +286,10 @@ export class ReplicationService {
   private async pullAll<Item extends { syncId: string }>(
     peer: string,
     owner: string,
-    kind: keyof typeof SYNC_OPS,
+    kind: 'dm' | 'settings',
+    fetchPage: FetchPage<Item>,
     storeItems: (items: Item[]) => Promise<string[]>,
   ): Promise<number> {
-    const { op, afterKey, nextKey } = SYNC_OPS[kind];
-    const fetchPage = async (after: SyncCursor, acks: string[]): Promise<{ items: Item[]; next: SyncCursor }> => {
-      const payload = {
-        ownerLogin: owner,
-        afterStoredAtMs: after.storedAtMs,
-        [afterKey]: after.key,
-        limit: PAGE_LIMIT,
-        ackSyncIds: acks,
-      };
-      const page = await this.deps.peers.call<
-        { items: Item[]; nextStoredAtMs: number } & Record<typeof nextKey, string>
-      >(peer, op, payload);
-      return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page[nextKey] } };
-    };
     let total = 0;
     const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
@@ -368,10 +373,8 @@ export class ReplicationService {
     const remote = new Map<string, DeliveryStatusItem>();
     if (pairKeys.length > 0) {
       try {
-        const answer = await this.deps.peers.call<{ items: DeliveryStatusItem[] }>(peer, 'GetDmDeliveryStatus', {
-          messageKeys: pairKeys,
-        });
-        for (const s of answer.items) remote.set(s.messageKey, s);
+        const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKeys: pairKeys });
+        for (const s of 'items' in answer ? answer.items : [answer]) remote.set(s.messageKey, s);
       } catch (err) {
         this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
       }

@@ -76,12 +76,12 @@ export class Dispatcher {
       return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs AuthLogin first`));
     if (def.auth === 'server' && this.config.s2sAuth === 'required' && !session.serverLogin)
       return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
-    const parsed = def.schema.safeParse(request.payload);
-    if (!parsed.success) return fail(request, new ShineError('BAD_FIELDS', describeIssues(parsed.error)));
+    const checked = def.check(request.payload);
+    if (!checked.ok) return fail(request, new ShineError('BAD_FIELDS', describeIssues(checked.error)));
 
     const afterAnswer: (() => Promise<void>)[] = [];
     try {
-      const payload = await def.handle(parsed.data, session, { afterAnswer: (fn) => void afterAnswer.push(fn) });
+      const payload = await checked.run(session, { afterAnswer: (fn) => void afterAnswer.push(fn) });
       return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer };
     } catch (err) {
       if (err instanceof ShineError) return fail(request, err);

@@ -4,14 +4,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
 import type { AppContext } from '../context.js';
 
-/** A route under /admin or /debug; only reached with the admin token. Answers JSON. */
-export interface AdminRoute {
-  method: 'GET' | 'POST';
-  /** Exact path, e.g. `/debug/delivery`. */
-  path: string;
-  handle(url: URL, req: IncomingMessage): Promise<unknown>;
-}
-
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** The request handler for every plain HTTP request. */
