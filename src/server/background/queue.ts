@@ -32,15 +32,14 @@ export class BackgroundQueue {
       this.log.debug('background task not started: shutting down', { task: name, ...context });
       return;
     }
-    const done: Promise<void> = (async () => {
-      try {
-        await task(this.signal);
-      } catch (err) {
-        this.log.error('background task failed', { task: name, ...context, err });
-      } finally {
-        this.running.delete(done);
-      }
-    })();
+    // Started on a later tick, so a task that throws at once is caught like one that rejects.
+    const done: Promise<void> = Promise.resolve()
+      .then(() => task(this.signal))
+      .then(
+        () => undefined,
+        (err: unknown) => this.log.error('background task failed', { task: name, ...context, err }),
+      )
+      .finally(() => this.running.delete(done));
     this.running.add(done);
   }
 
@@ -49,9 +48,24 @@ export class BackgroundQueue {
     while (this.running.size > 0) await Promise.all([...this.running]);
   }
 
-  /** Aborts every task's signal, refuses new ones and waits for those running to end. */
+  /** Aborts every task's signal and refuses new tasks (shutdown begins). */
+  abort(): void {
+    if (!this.signal.aborted) this.controller.abort(new Error('server shutting down'));
+  }
+
+  /** Aborts, then waits for the tasks still running to end. */
   async close(): Promise<void> {
-    this.controller.abort(new Error('server shutting down'));
+    this.abort();
     await this.drain();
   }
+}
+
+/** Settles as p does, or rejects as soon as signal aborts (p itself runs on, unobserved). */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
