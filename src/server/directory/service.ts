@@ -177,7 +177,9 @@ export class Directory {
 
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
-   * server in the profile's own accessServers, and pins it (SPEC §4).
+   * server in the profile's own accessServers, and pins it (SPEC §4). The servers are asked all at
+   * once under one deadline, the shorter of a call timeout and firstAttemptWaitMs: a SendMessagePair
+   * to an unknown login answers in that time however many known servers are unreachable.
    */
   async importProfile(login: string): Promise<DirectoryEntry | null> {
     const { clock, config, store } = this.deps;
@@ -190,17 +192,44 @@ export class Directory {
       ...(await store.listServers()).map((r) => r.descriptor.serverLogin),
     ]);
     servers.delete(config.serverLogin);
-    for (const server of servers) {
-      const profile = await this.fetchProfile(peers, server, login);
-      if (!profile) continue;
-      await this.profileLock.run(login, async () => {
-        if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
-      });
-      this.deps.log.info('profile imported', { login, from: server, version: profile.version });
-      return this.lookupKnown(login);
+    const deadlineMs = Math.min(config.s2sTimeoutMs, config.firstAttemptWaitMs || config.s2sTimeoutMs);
+    const found = await this.firstProfile(peers, [...servers], login, deadlineMs);
+    if (!found) {
+      remember(this.misses, login, now + MISS_TTL_MS);
+      return null;
     }
-    remember(this.misses, login, now + MISS_TTL_MS);
-    return null;
+    const { server, profile } = found;
+    await this.profileLock.run(login, async () => {
+      if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
+    });
+    this.deps.log.info('profile imported', { login, from: server, version: profile.version });
+    return this.lookupKnown(login);
+  }
+
+  /** The first valid profile any of the servers answers; null once all failed or deadlineMs passed. */
+  private firstProfile(
+    peers: PeerCaller,
+    servers: readonly string[],
+    login: string,
+    deadlineMs: number,
+  ): Promise<{ server: string; profile: UserProfile } | null> {
+    if (servers.length === 0) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      let pending = servers.length;
+      const timer = this.deps.clock.setTimer(deadlineMs, () => resolve(null));
+      const settle = (found: { server: string; profile: UserProfile } | null) => {
+        timer.cancel();
+        resolve(found);
+      };
+      for (const server of servers) {
+        // Never rejects, and each call ends by its own timeout: the ones still running at the deadline
+        // are left to finish unobserved.
+        void this.fetchProfile(peers, server, login).then((profile) => {
+          if (profile) settle({ server, profile });
+          else if (--pending === 0) settle(null);
+        });
+      }
+    });
   }
 
   /**
