@@ -92,7 +92,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const hub = new SessionHub();
     const metrics = new Metrics();
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
-    const directory = new Directory({ config, store, clock, verifier, log, serverKey });
+    const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
     const peers = new PeerPool({
       serverLogin: config.serverLogin,

@@ -14,6 +14,7 @@ import {
   verifyProfile,
 } from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
+import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { PeerCaller } from '../delivery/engine.js';
 import type { Config } from '../config/config.js';
@@ -29,6 +30,7 @@ export interface DirectoryDeps {
   verifier: SignatureVerifier;
   log: Logger;
   serverKey: ServerKey;
+  background: BackgroundQueue;
   /** HTTP client for peers' descriptors; the global fetch by default. */
   fetch?: typeof fetch;
 }
@@ -144,6 +146,9 @@ export class Directory {
         })
         .finally(() => running.delete(login));
       running.set(login, p);
+      // A refresh outlives the request that started it (background look-ups): drain() must see it.
+      const started = p;
+      this.deps.background.run('profile look-up', { login }, () => started);
     }
     return p;
   }
