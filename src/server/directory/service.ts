@@ -183,7 +183,7 @@ export class Directory {
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
    * server in the profile's own accessServers, and pins it (SPEC §4). The servers are asked all at
-   * once under one deadline, the shorter of a call timeout and firstAttemptWaitMs: a SendMessagePair
+   * once under one deadline, firstAttemptWaitMs (a call timeout when that is 0): a SendMessagePair
    * to an unknown login answers in that time however many known servers are unreachable.
    */
   async importProfile(login: string): Promise<DirectoryEntry | null> {
@@ -197,7 +197,8 @@ export class Directory {
       ...(await store.listServers()).map((r) => r.descriptor.serverLogin),
     ]);
     servers.delete(config.serverLogin);
-    const deadlineMs = Math.min(config.s2sTimeoutMs, config.firstAttemptWaitMs || config.s2sTimeoutMs);
+    // Each call ends by its own timeout anyway; the deadline bounds them all together.
+    const deadlineMs = config.firstAttemptWaitMs || config.s2sTimeoutMs;
     const found = await this.firstProfile(peers, [...servers], login, deadlineMs);
     if (!found) {
       remember(this.misses, login, now + MISS_TTL_MS);
