@@ -66,21 +66,24 @@ describe('BackgroundQueue', () => {
   it('close() aborts the signal of running tasks, waits for them, and starts nothing after', async () => {
     const { queue } = setup();
     let sawAbort = false;
+    const started = gate();
     queue.run('long', {}, (signal) => {
       return new Promise<void>((resolve) => {
         signal.addEventListener('abort', () => {
           sawAbort = true;
           resolve();
         });
+        started.open();
       });
     });
+    await started.promise;
     assert.equal(queue.signal.aborted, false);
     await queue.close();
     assert.ok(sawAbort, 'the running task saw the abort');
     assert.equal(queue.size, 0);
-    let started = false;
-    queue.run('late', {}, async () => void (started = true));
+    let late = false;
+    queue.run('late', {}, async () => void (late = true));
     await queue.drain();
-    assert.equal(started, false, 'no task starts after close');
+    assert.equal(late, false, 'no task starts after close');
   });
 });
