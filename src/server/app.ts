@@ -8,6 +8,7 @@ import { registerAuthOps } from './api/auth.js';
 import { registerDirectoryOps } from './api/directory.js';
 import { registerDmOps } from './api/dm.js';
 import { OpRegistry } from './api/registry.js';
+import { BackgroundQueue } from './background/queue.js';
 import type { Clock } from './clock.js';
 import { systemClock } from './clock.js';
 import type { Config, ConfigInput } from './config/config.js';
@@ -42,6 +43,8 @@ export interface RunningServer extends AsyncDisposable {
   readonly httpUrl: string;
   /** `ws://host:port/ws`, reachable from this machine (config.publicWsUrl is what other servers use). */
   readonly wsUrl: string;
+  /** Resolves once no background task is running, tasks started by tasks included (tests wait on it). */
+  drain(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -56,12 +59,15 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
   const clock = deps.clock ?? systemClock;
   const log = deps.log ?? createLogger(resolved.logLevel, undefined, { server: resolved.serverLogin });
 
+  const background = new BackgroundQueue(log);
   await mkdir(resolved.dataDir, { recursive: true });
   const store = await openStore(resolved);
   // Stopped in reverse order of start: requests drain before the services they use stop, and those
   // before the store closes.
   const stoppers: [string, () => Promise<void> | void][] = [['store', () => store.close()]];
   const shutdown = async () => {
+    // Background work is told to stop first, so no long task (a replication cycle) holds up the drain.
+    background.abort();
     const steps = stoppers.splice(0).reverse();
     // The listener opened early, but its requests must drain before anything else stops.
     steps.sort((a, b) => Number(b[0] === 'transport') - Number(a[0] === 'transport'));
@@ -85,7 +91,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
-    const directory = new Directory({ config, store, clock, verifier, log, serverKey });
+    metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
+    const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
     const peers = new PeerPool({
       serverLogin: config.serverLogin,
@@ -96,9 +103,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       // A call waits out the backoff, so it stays within a call timeout and half the shortest retry gap.
       reconnectMaxMs: Math.min(config.s2sTimeoutMs, Math.max(100, (config.retryScheduleMs[1] ?? 60_000) / 2)),
       resolveUrl: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
-      onPeerAlive: (server) => void delivery?.peerAlive(server),
+      onPeerAlive: (server) => delivery?.peerAlive(server),
     });
     stoppers.push(['peers', () => peers.close()]);
+    // After the services stop scheduling and before the peers and the store they use close.
+    stoppers.push(['background', () => background.close()]);
     metrics.gauge(
       's2s_calls_open',
       'Server-to-server calls not finished yet, by peer (waiting for a connection included)',
@@ -106,10 +115,10 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     );
     directory.attachPeers(peers);
     delivery = new DeliveryEngine(
-      { config, clock, store, hub, directory, peers, log, metrics },
+      { config, clock, store, hub, directory, peers, log, metrics, background },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
-    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
+    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery, background });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       config,
@@ -121,9 +130,21 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       peers,
       log,
       metrics,
+      background,
     });
     const registry = new OpRegistry();
-    registerAuthOps(registry, { config, clock, directory, hub, verifier, log, onLogin: (s) => dm.onLogin(s) });
+    registerAuthOps(registry, {
+      config,
+      clock,
+      directory,
+      hub,
+      verifier,
+      log,
+      onLogin: async (session) =>
+        background.run('replay after login', { login: session.login, deviceId: session.deviceId }, (signal) =>
+          dm.onLogin(session, signal),
+        ),
+    });
     registerDirectoryOps(registry, directory);
     registerDmOps(registry, dm);
     registerFederationOps(registry, federation);
@@ -172,7 +193,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       (closing ??= shutdown().then(() => {
         log.info('server stopped', { serverLogin: config.serverLogin });
       }));
-    return { config, ctx, port, httpUrl, wsUrl, close, [Symbol.asyncDispose]: close };
+    const drain = () => background.drain();
+    return { config, ctx, port, httpUrl, wsUrl, drain, close, [Symbol.asyncDispose]: close };
   } catch (err) {
     await shutdown();
     throw err;

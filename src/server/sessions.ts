@@ -12,6 +12,8 @@ export interface Session {
   challenge: { challengeB64: string; expiresAtMs: number } | null;
   /** Queues a frame; false when the socket is gone. */
   send(frame: object): boolean;
+  /** Queues a frame once the send buffer has room for it (bulk sends); false when the socket is gone. */
+  sendPaced(frame: object): Promise<boolean>;
 }
 
 /** A session after AuthLogin: bound to one login and device. */

@@ -2,6 +2,7 @@
  * A bare WebSocket client for protocol-level tests: sends exactly what it is told and records every
  * frame it receives, so tests can wait on what the server actually said.
  */
+import type { ClientOptions } from 'ws';
 import { WebSocket } from 'ws';
 import { RequestChannel } from '../../src/protocol/channel.js';
 import type { ErrorResponse, EventFrame, OkResponse, Response } from '../../src/protocol/envelope.js';
@@ -29,15 +30,17 @@ export interface RawClient {
   /** Resolves when the socket has closed, with the close code and reason. */
   readonly closed: Promise<{ code: number; reason: string }>;
   readonly isOpen: boolean;
+  /** The socket itself, for tests of transport behaviour (pausing reads, pings). */
+  readonly socket: WebSocket;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 
-/** Opens a socket to wsUrl and resolves once it is open. */
-export async function connectRaw(wsUrl: string): Promise<RawClient> {
-  const ws = new WebSocket(wsUrl, { maxPayload: 64 * 1024 * 1024 });
+/** Opens a socket to wsUrl (with extra ws options, e.g. autoPong) and resolves once it is open. */
+export async function connectRaw(wsUrl: string, options: ClientOptions = {}): Promise<RawClient> {
+  const ws = new WebSocket(wsUrl, { maxPayload: 64 * 1024 * 1024, ...options });
   const frames: Frame[] = [];
   const events: EventFrame[] = [];
   const waiters = new Set<{ pred: (f: Frame) => boolean; resolve: (f: Frame) => void }>();
@@ -116,6 +119,7 @@ export async function connectRaw(wsUrl: string): Promise<RawClient> {
     get isOpen() {
       return ws.readyState === WebSocket.OPEN;
     },
+    socket: ws,
     close,
     [Symbol.asyncDispose]: close,
   };

@@ -24,7 +24,6 @@ import { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import type { NetworkServerSpec } from './network.js';
 import type { RawClient } from './raw-client.js';
 import { connectRaw } from './raw-client.js';
-import { waitUntil } from './wait.js';
 import { metricSum } from './metrics.js';
 
 export const ADMIN_TOKEN = 'replication-admin-token-0123456789';
@@ -218,14 +217,6 @@ export async function adminCall<T>(
 /** POST /admin/sync: one replication cycle of that server, answered when it is done. */
 export const syncNow = (httpUrl: string, token = ADMIN_TOKEN): Promise<SyncCycleSummary> =>
   adminCall<SyncCycleSummary>(httpUrl, 'POST', '/admin/sync', token);
-
-/** Resolves once the server has finished `count` replication cycles (the start-up one included). */
-export async function cyclesDone(httpUrl: string, count = 1): Promise<void> {
-  const done = async () =>
-    (await metricValue(httpUrl, 'sync_cycles_total', 'result="ok"')) +
-    (await metricValue(httpUrl, 'sync_cycles_total', 'result="errors"'));
-  await waitUntil(async () => (await done()) >= count, 10_000, `${count} sync cycle(s) of ${httpUrl}`);
-}
 
 export const outboxCounts = (
   httpUrl: string,

@@ -33,7 +33,6 @@ import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
-import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
@@ -112,7 +111,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
     // The first attempt's call to beta1 runs on in the background (SPEC §6.2) until it fails; only then
     // is beta1 back, so any call it gets would be a later attempt.
-    await callsToPeerEnded(net.servers[0]!.httpUrl, 'beta1');
+    await net.servers[0]!.drain();
     // beta1 comes back while beta2 is down, so replication cannot fill it: what it holds is what delivery gave it.
     await net.stop(2);
     const beta1 = await net.start(1);

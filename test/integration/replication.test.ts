@@ -14,7 +14,6 @@ import type { RawClient } from '../helpers/raw-client.js';
 import type { Pair, Ref } from '../helpers/replication.js';
 import {
   answeredOk,
-  cyclesDone,
   deliveryRows,
   dmSnapshot,
   fullHistory,
@@ -27,7 +26,6 @@ import {
   syncNow,
 } from '../helpers/replication.js';
 import { connectUser, makeUser } from '../helpers/users.js';
-import { callsToPeerEnded } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const A1 = 0;
@@ -151,12 +149,12 @@ describe('replication: catch-up of an access server that was down', () => {
     const unsynced = (await outboxCounts(srv(A1).httpUrl, 'alice')).unsynced;
 
     // Calls to the stopped alpha2 (bravo's deliveries, alpha1's forwards) wait out its reconnect
-    // backoff before they fail; let them end first, so that nothing reaches alpha2 live when it is back.
-    await Promise.all([callsToPeerEnded(srv(A1).httpUrl, 'alpha2'), callsToPeerEnded(srv(B).httpUrl, 'alpha2')]);
+    // backoff before they fail; let that background work end first, so nothing reaches alpha2 live when it is back.
+    await Promise.all([srv(A1).drain(), srv(B).drain()]);
 
     // alpha2 comes back; its start-up cycle finds no shared user yet (alice is new to it).
     await net.start(A2);
-    await cyclesDone(srv(A2).httpUrl, 1);
+    await srv(A2).drain(); // its start-up cycle
     await using aliceA2 = await connectUser(srv(A2).wsUrl, alice, 'alice-a2');
     const bravoReceived = await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage');
     const bobEvents = bobB.events.length;
@@ -271,10 +269,10 @@ describe('replication: catch-up of an access server that was down', () => {
       (r) => r.outgoingKey === m[3]!.outgoingKey,
     )!;
     // alpha1's forwards to the stopped alpha2 end first: only the sync cycle brings the pairs there.
-    await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
+    await srv(A1).drain();
 
     await net.start(A2);
-    await cyclesDone(srv(A2).httpUrl, 1);
+    await srv(A2).drain(); // its start-up cycle
     await (await connectUser(srv(A2).wsUrl, alice, 'alice-a2')).close();
     const summary = await syncNow(srv(A2).httpUrl);
     assert.equal(summary.dmRows, 4);
@@ -323,9 +321,9 @@ describe('replication: catch-up of an access server that was down', () => {
       'through charlie, or locally',
     );
     // The calls to the stopped alpha2 (deliveries, forwards) end before it is back: only sync brings the pairs.
-    await callsToPeerEnded(srv(A1).httpUrl, 'alpha2');
+    await srv(A1).drain();
     await net.start(A2);
-    await cyclesDone(srv(A2).httpUrl, 1);
+    await srv(A2).drain(); // its start-up cycle
     assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'alice'), { owner: 'alice', synced: 5, unsynced: 0 });
     // alpha1 is not carol's server: alpha2's copies are news to her other server, charlie.
     assert.deepEqual(await outboxCounts(srv(A2).httpUrl, 'carol'), { owner: 'carol', synced: 0, unsynced: 3 });

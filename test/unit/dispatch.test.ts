@@ -10,7 +10,16 @@ import { Dispatcher } from '../../src/server/transport/dispatch.js';
 import { assertError } from '../helpers/assert.js';
 
 function fakeSession(patch: Partial<Session> = {}): Session {
-  return { id: 's1', login: null, deviceId: null, serverLogin: null, challenge: null, send: () => true, ...patch };
+  return {
+    id: 's1',
+    login: null,
+    deviceId: null,
+    serverLogin: null,
+    challenge: null,
+    send: () => true,
+    sendPaced: async () => true,
+    ...patch,
+  };
 }
 
 const PROFILE: UserProfile = {

@@ -58,6 +58,10 @@ export interface Config {
   deliveryQueueSize: number;
   /** A socket whose unsent output grows past this is closed instead of buffering more. */
   wsMaxBufferedBytes: number;
+  /** Client sockets are pinged this often; one that has not answered the previous ping is terminated. */
+  wsPingIntervalMs: number;
+  /** Pages one replication pull of one owner may take in a cycle; a peer that pages on past it is cut off. */
+  syncMaxPages: number;
 }
 
 /**
@@ -94,6 +98,8 @@ export interface ConfigInput {
   deliveryPoolSize?: number | string | undefined;
   deliveryQueueSize?: number | string | undefined;
   wsMaxBufferedBytes?: number | string | undefined;
+  wsPingIntervalMs?: number | string | undefined;
+  syncMaxPages?: number | string | undefined;
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -120,6 +126,8 @@ export const CONFIG_DEFAULTS = {
   deliveryPoolSize: 32,
   deliveryQueueSize: 1024,
   wsMaxBufferedBytes: 16 * 1024 * 1024,
+  wsPingIntervalMs: 30_000,
+  syncMaxPages: 1_000,
 } as const satisfies Partial<Config>;
 
 /** The serverLogin of a server that is not federated (server ops answer LOCAL_SERVER_NOT_CONFIGURED). */
@@ -153,6 +161,8 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'deliveryPoolSize',
   'deliveryQueueSize',
   'wsMaxBufferedBytes',
+  'wsPingIntervalMs',
+  'syncMaxPages',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -229,6 +239,8 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     deliveryPoolSize: int('deliveryPoolSize', input.deliveryPoolSize ?? d.deliveryPoolSize, 1),
     deliveryQueueSize: int('deliveryQueueSize', input.deliveryQueueSize ?? d.deliveryQueueSize, 1),
     wsMaxBufferedBytes: int('wsMaxBufferedBytes', input.wsMaxBufferedBytes ?? d.wsMaxBufferedBytes, 1),
+    wsPingIntervalMs: int('wsPingIntervalMs', input.wsPingIntervalMs ?? d.wsPingIntervalMs, 1),
+    syncMaxPages: int('syncMaxPages', input.syncMaxPages ?? d.syncMaxPages, 1),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);

@@ -9,6 +9,7 @@ import type { Container } from '../../protocol/container.js';
 import { incomingKeyOf } from '../../protocol/container.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
+import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
@@ -27,6 +28,7 @@ export interface DeliveryDeps {
   peers: PeerCaller;
   log: Logger;
   metrics: Metrics;
+  background: BackgroundQueue;
 }
 
 export interface DeliveryOptions {
@@ -51,7 +53,6 @@ export class DeliveryEngine {
   /** Keys in the queue or running, so that overlapping scans never queue one row twice. */
   private readonly queuedKeys = new Set<string>();
   private running = 0;
-  private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
   private readonly poolSize: number;
   private readonly queueSize: number;
@@ -88,23 +89,22 @@ export class DeliveryEngine {
   start(): void {
     const tick = (): void => {
       if (this.closed) return;
-      this.track(this.processDue());
+      this.scan();
       this.timer = this.deps.clock.setTimer(this.deps.config.workerTickMs, tick);
     };
     tick();
   }
 
-  /** Stops claiming rows and waits for attempts in flight. */
-  async close(): Promise<void> {
+  /** Stops claiming rows; attempts in flight end in the background queue, which the server drains next. */
+  close(): void {
     this.closed = true;
     this.timer?.cancel();
     this.pump(); // drops the rows not started yet
-    await this.drain();
   }
 
-  /** Resolves when every queued and running attempt (and background call) has finished. */
-  async drain(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  /** One worker pass in the background; a failing scan is logged by the queue. */
+  private scan(): void {
+    this.deps.background.run('delivery worker pass', {}, () => this.processDue());
   }
 
   /**
@@ -148,17 +148,28 @@ export class DeliveryEngine {
     });
     if (senderPeer) {
       const forward = { ...payload, outgoingBlobB64: toBase64(outgoing.bytes) };
-      this.track(
+      this.deps.background.run('forward to sender peer', { peer: senderPeer, key: outgoingKey }, () =>
         outcome
           .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
           .catch((err: unknown) => {
-            // Replication (SPEC §7) repairs a failed forward.
+            // Expected while the peer is down: replication (SPEC §7) repairs a failed forward.
             this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
           }),
       );
     }
-    this.track(outcome);
+    this.deps.background.run('first attempt', { key: outgoingKey }, () => outcome);
     return outcome;
+  }
+
+  /**
+   * An outcome of a first attempt that comes after the answer reaches the sender's sessions here as
+   * an event (SPEC §6.2, §6.7), when the attempt changed the state.
+   */
+  reportLate(first: Promise<FirstAttemptOutcome>, senderLogin: string, baseKey: string, outgoingKey: string): void {
+    this.deps.background.run('first attempt outcome', { key: outgoingKey }, async () => {
+      const o = await first;
+      if (o.changed) this.notify(senderLogin, baseKey, outgoingKey, o.state);
+    });
   }
 
   /**
@@ -180,7 +191,10 @@ export class DeliveryEngine {
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
     if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload);
-    if (routes.length > 0) this.track(this.callRoutes(routes, payload));
+    if (routes.length > 0)
+      this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
+        this.callRoutes(routes, payload),
+      );
     return true;
   }
 
@@ -191,19 +205,19 @@ export class DeliveryEngine {
       let pending = routes.length;
       for (const server of routes) {
         const started = performance.now();
-        this.track(
-          this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
-            () => {
-              this.callSeconds.observe((performance.now() - started) / 1000);
-              resolve(true);
-            },
-            (err: unknown) => {
-              this.s2sErrors.inc({ peer: server });
-              this.deps.log.debug('delivery call failed', { server, err: String(err) });
-              if (--pending === 0) resolve(false);
-            },
-          ),
+        const settled = this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
+          () => {
+            this.callSeconds.observe((performance.now() - started) / 1000);
+            resolve(true);
+          },
+          (err: unknown) => {
+            this.s2sErrors.inc({ peer: server });
+            this.deps.log.debug('delivery call failed', { server, err: String(err) });
+            if (--pending === 0) resolve(false);
+          },
         );
+        // A call that outlives the first success still runs to its end where drain() can see it.
+        this.deps.background.run('delivery call', { server }, () => settled);
       }
     });
   }
@@ -231,22 +245,19 @@ export class DeliveryEngine {
   }
 
   private pump(): void {
-    while (!this.closed && this.running < this.poolSize && this.queue.length > 0) {
+    const stopped = () => this.closed || this.deps.background.signal.aborted;
+    while (!stopped() && this.running < this.poolSize && this.queue.length > 0) {
       const row = this.queue.shift()!;
       this.running++;
-      this.track(
-        this.claimAndAttempt(row)
-          .catch((err: unknown) =>
-            this.deps.log.error('delivery attempt crashed', { key: row.outgoingKey, err: String(err) }),
-          )
-          .finally(() => {
-            this.running--;
-            this.queuedKeys.delete(row.outgoingKey);
-            this.pump();
-          }),
+      this.deps.background.run('delivery attempt', { key: row.outgoingKey }, () =>
+        this.claimAndAttempt(row).finally(() => {
+          this.running--;
+          this.queuedKeys.delete(row.outgoingKey);
+          this.pump();
+        }),
       );
     }
-    if (this.closed) {
+    if (stopped()) {
       // Unclaimed: whoever runs next picks them up as due.
       for (const row of this.queue.splice(0)) this.queuedKeys.delete(row.outgoingKey);
     }
@@ -355,15 +366,13 @@ export class DeliveryEngine {
     this.deps.hub.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));
   }
 
-  /** A peer server showed life: its due-later rows are attempted now (an extra attempt, never past the hour). */
-  async peerAlive(serverLogin: string): Promise<void> {
+  /**
+   * A peer server showed life: its due-later rows are attempted now (an extra attempt, never past the
+   * hour), in the background. A failure loses only that early attempt; the regular schedule still runs.
+   */
+  peerAlive(serverLogin: string): void {
     if (this.closed) return;
-    try {
-      await this.wake(serverLogin);
-    } catch (err) {
-      // Only an early extra attempt is lost; the regular schedule still runs.
-      this.deps.log.warn('could not wake rows for a peer', { peer: serverLogin, err: String(err) });
-    }
+    this.deps.background.run('peer wake-up', { peer: serverLogin }, () => this.wake(serverLogin));
   }
 
   private async wake(serverLogin: string): Promise<void> {
@@ -374,13 +383,7 @@ export class DeliveryEngine {
     const woken = await store.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
     if (woken > 0) {
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
-      this.track(this.processDue());
+      this.scan();
     }
-  }
-
-  /** Keeps background work visible to drain(); its errors are handled where it was made. */
-  private track(p: Promise<unknown>): void {
-    const tracked: Promise<unknown> = p.finally(() => this.inFlight.delete(tracked)).catch(() => undefined);
-    this.inFlight.add(tracked);
   }
 }

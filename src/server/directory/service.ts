@@ -14,6 +14,7 @@ import {
   verifyProfile,
 } from '../../protocol/identity.js';
 import { isValidLogin } from '../../protocol/login.js';
+import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Config } from '../config/config.js';
@@ -29,6 +30,7 @@ export interface DirectoryDeps {
   verifier: SignatureVerifier;
   log: Logger;
   serverKey: ServerKey;
+  background: BackgroundQueue;
   /** HTTP client for peers' descriptors; the global fetch by default. */
   fetch?: typeof fetch;
 }
@@ -144,6 +146,9 @@ export class Directory {
         })
         .finally(() => running.delete(login));
       running.set(login, p);
+      // A refresh outlives the request that started it (background look-ups): drain() must see it.
+      const started = p;
+      this.deps.background.run('profile look-up', { login }, () => started);
     }
     return p;
   }
@@ -177,7 +182,9 @@ export class Directory {
 
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
-   * server in the profile's own accessServers, and pins it (SPEC §4).
+   * server in the profile's own accessServers, and pins it (SPEC §4). The servers are asked all at
+   * once under one deadline, firstAttemptWaitMs (a call timeout when that is 0): a SendMessagePair
+   * to an unknown login answers in that time however many known servers are unreachable.
    */
   async importProfile(login: string): Promise<DirectoryEntry | null> {
     const { clock, config, store } = this.deps;
@@ -190,17 +197,45 @@ export class Directory {
       ...(await store.listServers()).map((r) => r.descriptor.serverLogin),
     ]);
     servers.delete(config.serverLogin);
-    for (const server of servers) {
-      const profile = await this.fetchProfile(peers, server, login);
-      if (!profile) continue;
-      await this.profileLock.run(login, async () => {
-        if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
-      });
-      this.deps.log.info('profile imported', { login, from: server, version: profile.version });
-      return this.lookupKnown(login);
+    // Each call ends by its own timeout anyway; the deadline bounds them all together.
+    const deadlineMs = config.firstAttemptWaitMs || config.s2sTimeoutMs;
+    const found = await this.firstProfile(peers, [...servers], login, deadlineMs);
+    if (!found) {
+      remember(this.misses, login, now + MISS_TTL_MS);
+      return null;
     }
-    remember(this.misses, login, now + MISS_TTL_MS);
-    return null;
+    const { server, profile } = found;
+    await this.profileLock.run(login, async () => {
+      if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
+    });
+    this.deps.log.info('profile imported', { login, from: server, version: profile.version });
+    return this.lookupKnown(login);
+  }
+
+  /** The first valid profile any of the servers answers; null once all failed or deadlineMs passed. */
+  private firstProfile(
+    peers: PeerCaller,
+    servers: readonly string[],
+    login: string,
+    deadlineMs: number,
+  ): Promise<{ server: string; profile: UserProfile } | null> {
+    if (servers.length === 0) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      let pending = servers.length;
+      const timer = this.deps.clock.setTimer(deadlineMs, () => resolve(null));
+      const settle = (found: { server: string; profile: UserProfile } | null) => {
+        timer.cancel();
+        resolve(found);
+      };
+      for (const server of servers) {
+        // Never rejects, and each call ends by its own timeout: the ones still running at the deadline
+        // are left to finish unobserved.
+        void this.fetchProfile(peers, server, login).then((profile) => {
+          if (profile) settle({ server, profile });
+          else if (--pending === 0) settle(null);
+        });
+      }
+    });
   }
 
   /**

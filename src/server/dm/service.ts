@@ -7,6 +7,7 @@ import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { DirectMessageEvent, OpAnswer, OpPayload, PairAnswer } from '../../protocol/ops.js';
+import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
@@ -23,6 +24,7 @@ export interface DmDeps {
   directory: Directory;
   verifier: SignatureVerifier;
   log: Logger;
+  background: BackgroundQueue;
   /** Remote delivery; absent on a server that is not federated. */
   delivery?: DeliveryEngine | undefined;
 }
@@ -54,11 +56,11 @@ export class DmService {
   /** Starts the hourly clean-up of forgotten devices. */
   start(): void {
     const tick = (): void => {
-      const { clock, config, store, log } = this.deps;
-      store.forgetDevicesBefore(clock.now() - config.deviceForgetMs).then(
-        (n) => n > 0 && log.info('forgot idle devices', { count: n }),
-        (err: unknown) => log.error('device clean-up failed', { err: String(err) }),
-      );
+      const { clock, config, store, log, background } = this.deps;
+      background.run('device clean-up', {}, async () => {
+        const n = await store.forgetDevicesBefore(clock.now() - config.deviceForgetMs);
+        if (n > 0) log.info('forgot idle devices', { count: n });
+      });
       this.maintenance = clock.setTimer(HOUR, tick);
     };
     tick();
@@ -128,9 +130,7 @@ export class DmService {
       if (deliveryState === 'accepted') {
         const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
         if (waited !== null) deliveryState = waited.state;
-        // An outcome after the answer reaches the sender as an event (SPEC §6.2, §6.7).
-        else
-          void first.then((o) => o.changed && delivery.notify(login, baseKeyOf(pair.outgoing), outgoingKey, o.state));
+        else delivery.reportLate(first, login, baseKeyOf(pair.outgoing), outgoingKey);
       }
     }
     return { ...stored.answer, deliveryState };
@@ -232,8 +232,12 @@ export class DmService {
     return { acked };
   }
 
-  /** Called right after a successful AuthLogin answer: replays the device's unacknowledged events. */
-  async onLogin(session: UserSession): Promise<void> {
+  /**
+   * Called right after a successful AuthLogin answer: replays the device's unacknowledged events, in
+   * order, each sent only when the socket's buffer has room, so a backlog larger than the buffer limit
+   * arrives whole instead of getting the socket closed as a slow consumer. Stops when signal aborts.
+   */
+  async onLogin(session: UserSession, signal?: AbortSignal): Promise<void> {
     const login = session.login;
     const deviceId = session.deviceId;
     const { store, clock } = this.deps;
@@ -243,7 +247,8 @@ export class DmService {
     for (;;) {
       const page: StoredCopy[] = await store.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
       for (const copy of page) {
-        if (!session.send(eventFrame('DirectMessage', directMessageEvent(copy)))) return;
+        if (signal?.aborted) return;
+        if (!(await session.sendPaced(eventFrame('DirectMessage', directMessageEvent(copy))))) return;
       }
       const last = page.at(-1);
       if (!last || page.length < REPLAY_PAGE) return;

@@ -75,7 +75,7 @@ export class FederationService {
       fail('nonce replayed');
     session.serverLogin = p.serverLogin;
     this.deps.peers?.reachable(p.serverLogin);
-    void delivery.peerAlive(p.serverLogin);
+    delivery.peerAlive(p.serverLogin);
     return { serverLogin: p.serverLogin, targetServerLogin: config.serverLogin };
   }
 
@@ -163,11 +163,8 @@ export class FederationService {
       // Answered at once; this server's own first attempt runs on, and never forwards back.
       const outgoingKey = stored.result.outgoing.messageKey;
       // The sender's sessions here learn the outcome too (SPEC §6.7).
-      void delivery
-        .firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null)
-        .then(
-          (o) => o.changed && delivery.notify(pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey, o.state),
-        );
+      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null);
+      delivery.reportLate(first, pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey);
     }
     return stored.answer;
   }

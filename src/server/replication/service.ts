@@ -8,6 +8,8 @@ import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryStatusItem, OpAnswer, SyncCycleSummary } from '../../protocol/ops.js';
+import type { BackgroundQueue } from '../background/queue.js';
+import { untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
@@ -30,6 +32,7 @@ export interface ReplicationDeps {
   peers: PeerCaller;
   log: Logger;
   metrics: Metrics;
+  background: BackgroundQueue;
 }
 
 export interface SyncBatchPayload {
@@ -65,12 +68,20 @@ function syncRequest(owner: string, after: SyncCursor, acks: string[]) {
   return { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, limit: PAGE_LIMIT, ackSyncIds: acks };
 }
 const DEFAULT_MAX_BYTES = 3_000_000;
+
+/** A peer broke the pull protocol (a cursor that does not move, pages without end): that pull ends. */
+class SyncProtocolError extends Error {
+  override name = 'SyncProtocolError';
+}
+
+/** Whether cursor b lies strictly after a in the (storedAtMs, key) order pages are served in. */
+const isAfter = (b: SyncCursor, a: SyncCursor): boolean =>
+  b.storedAtMs > a.storedAtMs || (b.storedAtMs === a.storedAtMs && b.key > a.key);
 const HOUR = 3_600_000;
 
 export class ReplicationService {
   private timer: TimerHandle | null = null;
   private running: Promise<SyncCycleSummary> | null = null;
-  private closed = false;
   private readonly pulled: Counter;
   private readonly syncErrors: Counter;
   private readonly cycles: Counter;
@@ -187,31 +198,29 @@ export class ReplicationService {
 
   // ---- puller ----
 
-  /** Runs a cycle now and then every syncIntervalMs. */
+  /** Runs a cycle now and then every syncIntervalMs, in the background. */
   start(): void {
     const tick = (): void => {
-      if (this.closed) return;
-      this.runCycle().catch((err: unknown) => this.deps.log.error('sync cycle failed', { err: String(err) }));
+      this.deps.background.run('replication cycle', {}, () => this.runCycle());
       this.timer = this.deps.clock.setTimer(this.deps.config.syncIntervalMs, tick);
     };
     tick();
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
+  /** Stops scheduling; a running cycle ends at the background queue's abort, which shutdown sends first. */
+  close(): void {
     this.timer?.cancel();
-    await this.running?.catch(() => undefined);
   }
 
   /** One replication cycle; a call while one runs joins it. */
   runCycle(): Promise<SyncCycleSummary> {
-    this.running ??= this.cycle().finally(() => {
+    this.running ??= this.cycle(this.deps.background.signal).finally(() => {
       this.running = null;
     });
     return this.running;
   }
 
-  private async cycle(): Promise<SyncCycleSummary> {
+  private async cycle(signal: AbortSignal): Promise<SyncCycleSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
     const summary: SyncCycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
@@ -219,18 +228,22 @@ export class ReplicationService {
     for (const peer of await store.peerServersOf(config.serverLogin)) {
       summary.peers++;
       for (const owner of await store.sharedUsers(config.serverLogin, peer)) {
-        if (this.closed) break;
+        if (signal.aborted) break;
         summary.users++;
         try {
-          summary.settingsRows += await this.pullSettings(peer, owner);
-          summary.dmRows += await this.pullDm(peer, owner);
+          summary.settingsRows += await this.pullSettings(peer, owner, signal);
+          summary.dmRows += await this.pullDm(peer, owner, signal);
         } catch (err) {
+          if (signal.aborted) break;
           summary.errors++;
           this.syncErrors.inc({ peer });
-          log.warn('sync with peer failed', { peer, owner, err: String(err) });
+          if (err instanceof SyncProtocolError)
+            log.error('sync with peer broken off', { peer, owner, err: err.message });
+          else log.warn('sync with peer failed', { peer, owner, err: String(err) });
           if (err instanceof Error && err.name === 'PeerUnavailableError') break; // the next owners would fail alike
         }
       }
+      if (signal.aborted) break;
     }
     summary.durationMs = clock.now() - started;
     this.lastCycle = { ...summary, finishedAtMs: clock.now() };
@@ -239,41 +252,63 @@ export class ReplicationService {
     return summary;
   }
 
-  private pullSettings(peer: string, owner: string): Promise<number> {
+  private pullSettings(peer: string, owner: string, signal: AbortSignal): Promise<number> {
     const fetchPage: FetchPage<SettingsSyncAnswer['items'][number]> = async (after, acks) => {
-      const page = await this.deps.peers.call(peer, 'UserSettingsSyncBatch', {
-        ...syncRequest(owner, after, acks),
-        afterKey: after.key,
-      });
+      const page = await untilAborted(
+        this.deps.peers.call(peer, 'UserSettingsSyncBatch', {
+          ...syncRequest(owner, after, acks),
+          afterKey: after.key,
+        }),
+        signal,
+      );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
     };
-    return this.pullAll(peer, owner, 'settings', fetchPage, async (items) => {
+    return this.pullAll(peer, owner, 'UserSettingsSyncBatch', fetchPage, async (items) => {
+      const { clock, config, store } = this.deps;
+      const acks: string[] = [];
       for (const item of items) {
         const value = fromBase64(item.valueB64);
-        if (!value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128)
-          throw new Error(`bad settings row from ${peer}`);
-        await this.deps.store.setSetting({
+        const now = clock.now();
+        // The client's rule (SetUserSetting) holds for synced rows too: a future time would win every later edit.
+        const problem =
+          !value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128
+            ? 'bad settings row'
+            : item.updatedAtMs > now + config.maxTimeSkewMs
+              ? 'updatedAtMs is too far in the future'
+              : null;
+        if (problem) {
+          this.refuseRow(peer, owner, String(item.key), problem);
+          continue;
+        }
+        await store.setSetting({
           owner,
           key: item.key,
-          value,
+          value: value!,
           updatedAtMs: item.updatedAtMs,
-          nowMs: this.deps.clock.now(),
+          nowMs: now,
           synced: true,
         });
+        acks.push(item.syncId);
       }
-      return items.map((i) => i.syncId);
+      return acks;
     });
   }
 
-  private pullDm(peer: string, owner: string): Promise<number> {
+  private pullDm(peer: string, owner: string, signal: AbortSignal): Promise<number> {
     const fetchPage: FetchPage<DmSyncAnswer['items'][number]> = async (after, acks) => {
-      const page = await this.deps.peers.call(peer, 'DmSyncBatch', {
-        ...syncRequest(owner, after, acks),
-        afterMessageKey: after.key,
-      });
+      const page = await untilAborted(
+        this.deps.peers.call(peer, 'DmSyncBatch', { ...syncRequest(owner, after, acks), afterMessageKey: after.key }),
+        signal,
+      );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
     };
-    return this.pullAll(peer, owner, 'dm', fetchPage, (items) => this.storePage(peer, owner, items));
+    return this.pullAll(peer, owner, 'DmSyncBatch', fetchPage, (items) => this.storePage(peer, owner, items));
+  }
+
+  /** A row that is not stored: left unacked (it stays unsynced at the peer), counted and logged. */
+  private refuseRow(peer: string, owner: string, key: string, why: string): void {
+    this.syncErrors.inc({ peer });
+    this.deps.log.warn('sync row refused', { peer, owner, key, err: why });
   }
 
   /**
@@ -281,16 +316,19 @@ export class ReplicationService {
    * page is empty. A row committed just as a page was read can sort behind the cursor (same storedAtMs
    * millisecond, smaller key); so a pass that moved the cursor is followed by one more from the start,
    * where only unsynced rows are left, and such a row still arrives in this cycle (rows refused in the
-   * first pass are passed over in the second). Returns rows stored.
+   * first pass are passed over in the second). A peer whose cursor does not move forward, or that
+   * pages past syncMaxPages, ends the pull with a SyncProtocolError. Returns rows stored.
    */
   private async pullAll<Item extends { syncId: string }>(
     peer: string,
     owner: string,
-    kind: 'dm' | 'settings',
+    op: 'DmSyncBatch' | 'UserSettingsSyncBatch',
     fetchPage: FetchPage<Item>,
     storeItems: (items: Item[]) => Promise<string[]>,
   ): Promise<number> {
+    const kind = op === 'DmSyncBatch' ? 'dm' : 'settings';
     let total = 0;
+    let pagesInPull = 0;
     const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
       let after: SyncCursor = { storedAtMs: 0, key: '' };
@@ -299,6 +337,10 @@ export class ReplicationService {
       for (;;) {
         const page = await fetchPage(after, acks);
         if (page.items.length === 0) break;
+        if (!isAfter(page.next, after))
+          throw new SyncProtocolError(`${op} cursor did not advance past ${after.storedAtMs}/${after.key}`);
+        if (++pagesInPull > this.deps.config.syncMaxPages)
+          throw new SyncProtocolError(`${op} still has more after ${this.deps.config.syncMaxPages} pages`);
         pages++;
         const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
         acks = items.length > 0 ? await storeItems(items) : [];
@@ -345,7 +387,7 @@ export class ReplicationService {
    * per SPEC §6.8. Returns the syncIds to ack: a row that does not verify is skipped, not acked.
    */
   private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
-    const { dm, store, clock, config, log } = this.deps;
+    const { dm, store, clock, config } = this.deps;
     const decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
     for (const item of items) {
       try {
@@ -360,13 +402,7 @@ export class ReplicationService {
         decoded.push({ item, copies });
       } catch (err) {
         // One bad row must not stop the owner's replication: it is skipped (left unacked) and the rest goes on.
-        this.syncErrors.inc({ peer });
-        log.warn('sync row refused', {
-          peer,
-          owner,
-          key: item.primaryMessageKey,
-          err: err instanceof Error ? err.message : String(err),
-        });
+        this.refuseRow(peer, owner, item.primaryMessageKey, err instanceof Error ? err.message : String(err));
       }
     }
     const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));

@@ -14,9 +14,13 @@ export class Transport {
   private readonly server: Server;
   private gateway: WsGateway | null = null;
   private http: HttpHandler | null = null;
+  private closing = false;
 
   constructor() {
     this.server = createServer((req, res) => {
+      // A request still running when close() began would otherwise leave its keep-alive connection
+      // open after the answer, holding the shutdown until the client's idle timeout.
+      res.once('finish', () => this.closing && this.server.closeIdleConnections());
       if (this.http) return this.http(req, res);
       res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': '1' });
       res.end(JSON.stringify({ error: 'starting' }));
@@ -53,6 +57,7 @@ export class Transport {
   /** Stops accepting connections, drains in-flight requests, closes every socket. */
   async close(): Promise<void> {
     if (!this.server.listening) return;
+    this.closing = true;
     const stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.gateway?.close();
     // server.close() has closed idle keep-alive connections; requests in progress finish first.

@@ -1,6 +1,6 @@
 /**
  * WebSocket sessions on /ws (SPEC §5): frame limits, binary frames, per-connection rate limit,
- * backpressure, and shutdown that lets in-flight requests answer first.
+ * backpressure, heartbeats, and shutdown that lets in-flight requests answer first.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -29,14 +29,25 @@ class WsSession implements Session {
   deviceId: string | null = null;
   serverLogin: string | null = null;
   challenge: Session['challenge'] = null;
+  /** Settles when everything written so far has been handed to the OS (or the write failed). */
+  flushed: Promise<void> = Promise.resolve();
+  /** Answered the last ping (or just connected). */
+  alive = true;
+  readonly closed: Promise<void>;
 
   constructor(
     readonly ws: WebSocket,
     private readonly gateway: WsGateway,
-  ) {}
+  ) {
+    this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
+  }
 
   send(frame: object): boolean {
     return this.gateway.write(this, JSON.stringify(frame));
+  }
+
+  sendPaced(frame: object): Promise<boolean> {
+    return this.gateway.writePaced(this, JSON.stringify(frame));
   }
 }
 
@@ -44,7 +55,10 @@ export class WsGateway {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME, perMessageDeflate: false });
   private readonly dispatcher: Dispatcher;
   private readonly inFlight = new Set<Promise<void>>();
+  private readonly sessions = new Set<WsSession>();
   private readonly slowClosed: Counter;
+  private readonly deadClosed: Counter;
+  private readonly heartbeat: ReturnType<typeof setInterval>;
   private closing = false;
 
   constructor(private readonly ctx: AppContext) {
@@ -53,7 +67,34 @@ export class WsGateway {
       'ws_slow_consumer_closed_total',
       'Sockets closed because their send buffer grew too large.',
     );
+    this.deadClosed = ctx.metrics.counter(
+      'ws_dead_closed_total',
+      'Sockets terminated because they did not answer a ping within one heartbeat interval.',
+    );
     ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
+    // Wall time, not the injected clock: a pong takes real time, and a test's clock jumping an hour
+    // must not declare every socket dead.
+    this.heartbeat = setInterval(() => this.beat(), ctx.config.wsPingIntervalMs);
+    this.heartbeat.unref();
+  }
+
+  /**
+   * Pings every socket; one that has not answered the previous ping is gone (a half-open TCP
+   * connection never reports itself) and is terminated, which ends its presence in the hub.
+   */
+  private beat(): void {
+    for (const session of this.sessions) {
+      const { ws } = session;
+      if (ws.readyState !== WebSocket.OPEN) continue;
+      if (!session.alive) {
+        this.ctx.log.info('closing dead socket: no pong', { sessionId: session.id, login: session.login });
+        this.deadClosed.inc();
+        ws.terminate();
+        continue;
+      }
+      session.alive = false;
+      ws.ping();
+    }
   }
 
   /** Takes over an HTTP upgrade on /ws. */
@@ -80,13 +121,32 @@ export class WsGateway {
       ws.terminate();
       return false;
     }
-    ws.send(text, onFlushed);
+    session.flushed = new Promise((resolve) =>
+      ws.send(text, (err) => {
+        onFlushed?.(err);
+        resolve();
+      }),
+    );
     return true;
+  }
+
+  /**
+   * Queues text once the socket's buffer has room for it, waiting for what is queued to flush first:
+   * a bulk send (replay) paced by the reader instead of being cut off as a slow consumer.
+   */
+  async writePaced(session: WsSession, text: string): Promise<boolean> {
+    const { ws } = session;
+    const limit = this.ctx.config.wsMaxBufferedBytes;
+    while (ws.readyState === WebSocket.OPEN && ws.bufferedAmount > 0 && ws.bufferedAmount + text.length > limit) {
+      await Promise.race([session.flushed, session.closed]);
+    }
+    return this.write(session, text);
   }
 
   /** Stops taking requests, lets in-flight ones answer, then closes every socket. */
   async close(): Promise<void> {
     this.closing = true;
+    clearInterval(this.heartbeat);
     // Stop reading so the drain below is bounded however fast clients keep sending.
     for (const ws of this.wss.clients) ws.pause();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
@@ -107,6 +167,8 @@ export class WsGateway {
     const session = new WsSession(ws, this);
     const bucket = new TokenBucket(this.ctx.config.rateLimit, this.ctx.clock);
     this.ctx.hub.add(session);
+    this.sessions.add(session);
+    ws.on('pong', () => (session.alive = true));
     ws.on('message', (data, isBinary) => {
       if (ws.readyState !== WebSocket.OPEN) return;
       if (isBinary) {
@@ -115,7 +177,10 @@ export class WsGateway {
       }
       this.track(this.onText(session, bucket, data));
     });
-    ws.on('close', () => this.ctx.hub.remove(session));
+    ws.on('close', () => {
+      this.sessions.delete(session);
+      this.ctx.hub.remove(session);
+    });
     ws.on('error', (err) => this.ctx.log.debug('socket error', { sessionId: session.id, err }));
   }
 

@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { BackgroundQueue } from '../../src/server/background/queue.js';
+import { createLogger } from '../../src/server/log.js';
+
+function setup() {
+  const lines: Record<string, unknown>[] = [];
+  const queue = new BackgroundQueue(createLogger('debug', (l) => lines.push(JSON.parse(l) as Record<string, unknown>)));
+  return { queue, lines };
+}
+
+/** A promise with its resolve handle, so a test decides when a task ends. */
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => (open = r));
+  return { promise, open };
+}
+
+describe('BackgroundQueue', () => {
+  it('drain() waits for running tasks and for the tasks they start', async () => {
+    const { queue } = setup();
+    const first = gate();
+    const second = gate();
+    const done: string[] = [];
+    queue.run('outer', {}, async () => {
+      await first.promise;
+      queue.run('inner', {}, async () => {
+        await second.promise;
+        done.push('inner');
+      });
+      done.push('outer');
+    });
+    let drained = false;
+    const drain = queue.drain().then(() => (drained = true));
+    first.open();
+    // The outer task ended and started the inner one: drain must still be waiting.
+    while (!done.includes('outer')) await Promise.resolve();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(drained, false, 'drain resolved while a spawned task was running');
+    assert.equal(queue.size, 1);
+    second.open();
+    await drain;
+    assert.deepEqual(done, ['outer', 'inner']);
+    assert.equal(queue.size, 0);
+  });
+
+  it('drain() on an idle queue resolves at once', async () => {
+    const { queue } = setup();
+    await queue.drain();
+  });
+
+  it('a failing task is logged once, with its name and context, and does not disturb the others', async () => {
+    const { queue, lines } = setup();
+    let ok = false;
+    queue.run('due-row scan', { peer: 'beta' }, () => Promise.reject(new Error('disk on fire')));
+    queue.run('fine', {}, async () => void (ok = true));
+    await queue.drain();
+    const failures = lines.filter((l) => l.level === 'error');
+    assert.equal(failures.length, 1);
+    assert.equal(failures[0]!.task, 'due-row scan');
+    assert.equal(failures[0]!.peer, 'beta');
+    assert.match(JSON.stringify(failures[0]!.err), /disk on fire/);
+    assert.ok(ok);
+  });
+
+  it('close() aborts the signal of running tasks, waits for them, and starts nothing after', async () => {
+    const { queue } = setup();
+    let sawAbort = false;
+    const started = gate();
+    queue.run('long', {}, (signal) => {
+      return new Promise<void>((resolve) => {
+        signal.addEventListener('abort', () => {
+          sawAbort = true;
+          resolve();
+        });
+        started.open();
+      });
+    });
+    await started.promise;
+    assert.equal(queue.signal.aborted, false);
+    await queue.close();
+    assert.ok(sawAbort, 'the running task saw the abort');
+    assert.equal(queue.size, 0);
+    let late = false;
+    queue.run('late', {}, async () => void (late = true));
+    await queue.drain();
+    assert.equal(late, false, 'no task starts after close');
+  });
+});
