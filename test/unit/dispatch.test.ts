@@ -113,7 +113,7 @@ describe('Dispatcher', () => {
     const { send, metrics } = setup();
     await send(fakeSession(), { n: 1 });
     await send(fakeSession(), {}, 'Whatever-attacker-chose');
-    const text = metrics.render();
+    const text = await metrics.render();
     assert.match(text, /^shine_ops_total\{op="Echo",status="200"\} 1$/m);
     assert.match(text, /^shine_ops_total\{op="_unknown",status="404"\} 1$/m);
     assert.doesNotMatch(text, /attacker/);

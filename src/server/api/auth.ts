@@ -28,7 +28,7 @@ export interface AuthDeps {
 const CHALLENGE_BYTES = 32;
 
 export function authOps(deps: AuthDeps): OpGroup {
-  const { config, clock, directory, hub, verifier, log } = deps;
+  const { config, clock, directory, hub, verifier } = deps;
   return {
     AuthChallenge: op({
       auth: 'none',
@@ -72,7 +72,7 @@ export function authOps(deps: AuthDeps): OpGroup {
         session.login = login;
         session.deviceId = deviceId;
         hub.bindUser(session, login);
-        log.debug('user logged in', { login, deviceId, sessionId: session.id });
+        call.log.debug('user logged in', { login, deviceId });
         call.afterAnswer(() => deps.onLogin(session));
         return { login, deviceId, sessionId: session.id };
       },

@@ -3,6 +3,7 @@
  * needs next to its handler; the transport validates both before the handler runs.
  */
 import type { z } from 'zod';
+import type { Logger } from '../log.js';
 import type { Session } from '../sessions.js';
 
 /** none: any socket; user: after AuthLogin; server: a server session (ServerAuth, or trusted when s2sAuth is off). */
@@ -12,6 +13,8 @@ export type AuthKind = 'none' | 'user' | 'server';
 export interface OpCall {
   /** Runs fn once the answer frame has been written to the socket (e.g. replay after AuthLogin). */
   afterAnswer(fn: () => Promise<void>): void;
+  /** The server's logger with this request's requestId, op and sessionId in every entry. */
+  readonly log: Logger;
 }
 
 export interface OpDef<S extends z.ZodType = z.ZodType> {
