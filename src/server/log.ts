@@ -69,7 +69,7 @@ export function createLogger(level: LogLevel, destination?: LogDestination, base
       serializers: { err: stdSerializers.err },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     },
-    level === 'silent' ? undefined : toStream(destination),
+    level === 'silent' ? { write: () => undefined } : toStream(destination),
   );
   return adapt(logger);
 }

@@ -9,11 +9,12 @@ import { describe, it } from 'node:test';
 import { toBase64 } from '../../src/protocol/bytes.js';
 import type { OpResults } from '../../src/protocol/ops.js';
 import { createLogger } from '../../src/server/log.js';
-import type { TestPair } from '../helpers/federation.js';
 import { FAST, adminSync, directMessageEvent, sendPair, textPair } from '../helpers/federation.js';
 import { startNetwork } from '../helpers/network.js';
 import type { MetricFamily } from '../helpers/prometheus.js';
 import { scrape } from '../helpers/prometheus.js';
+import type { RawClient } from '../helpers/raw-client.js';
+import type { TestUser } from '../helpers/users.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 /** The value of the one sample of `name` whose labels are exactly `labels` (0 when absent). */
@@ -92,26 +93,20 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
     await using bobB = await connectUser(beta.wsUrl, bob, 'bob-phone');
 
     const secrets = new Set<string>();
-    const keep = (pair: TestPair, body: string): TestPair => {
-      for (const s of [pair.incomingBlobB64, pair.outgoingBlobB64, body]) secrets.add(s);
-      secrets.add(toBase64(pair.incoming.signature));
-      secrets.add(toBase64(pair.outgoing.signature));
-      return pair;
+    /** Three pairs from one user to the other, each awaited until the recipient's session has it. */
+    const converse = async (from: TestUser, fromClient: RawClient, to: TestUser, toClient: RawClient) => {
+      for (let i = 0; i < 3; i++) {
+        const body = `${from.login}-to-${to.login}-${i}-${randomBytes(8).toString('hex')}`;
+        const pair = textPair(from, to.login, { body });
+        for (const s of [pair.incomingBlobB64, pair.outgoingBlobB64, body]) secrets.add(s);
+        for (const c of [pair.incoming, pair.outgoing]) secrets.add(toBase64(c.signature));
+        const got = directMessageEvent(toClient, pair.incomingKey);
+        await sendPair(fromClient, pair);
+        await got;
+      }
     };
-    for (let i = 0; i < 3; i++) {
-      const body = `alice-to-bob-${i}-${randomBytes(8).toString('hex')}`;
-      const pair = keep(textPair(alice, 'bob', { body }), body);
-      const got = directMessageEvent(bobB, pair.incomingKey);
-      await sendPair(aliceA, pair);
-      await got;
-    }
-    for (let i = 0; i < 3; i++) {
-      const body = `bob-to-alice-${i}-${randomBytes(8).toString('hex')}`;
-      const pair = keep(textPair(bob, 'alice', { body }), body);
-      const got = directMessageEvent(aliceA, pair.incomingKey);
-      await sendPair(bobB, pair);
-      await got;
-    }
+    await converse(alice, aliceA, bob, bobB);
+    await converse(bob, bobB, alice, aliceA);
     const valueB64 = toBase64(randomBytes(48));
     secrets.add(valueB64);
     await aliceA.call('SetUserSetting', { key: 'theme', valueB64, updatedAtMs: Date.now() });
