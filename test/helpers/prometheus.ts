@@ -128,41 +128,30 @@ function familyOf(families: Map<string, Draft>, name: string): Draft | undefined
   return undefined;
 }
 
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$/;
+/** One `name="value"` and what follows it: a comma, or the end of the label list. */
+const LABEL = /[ \t]*([^=\s]+)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,[ \t]*|$)/y;
+
 /** `name{a="x",b="y"} value [timestamp]`, or undefined when anything is off. */
 function parseSample(line: string): Sample | undefined {
-  const head = /^([a-zA-Z_:][a-zA-Z0-9_:]*)/.exec(line);
-  if (!head) return undefined;
-  const name = head[1]!;
-  let pos = name.length;
+  const m = SAMPLE.exec(line);
+  if (!m) return undefined;
+  const [, name, list, value, timestamp] = m as unknown as [string, string, string | undefined, string, string?];
+  if (!FLOAT.test(value) || (timestamp !== undefined && !TIMESTAMP.test(timestamp))) return undefined;
   const labels: Record<string, string> = {};
-  if (line[pos] === '{') {
-    pos++;
-    while (line[pos] !== '}') {
-      const label = /^[ \t]*([^=\s]+)[ \t]*=[ \t]*"/.exec(line.slice(pos));
-      if (!label || !LABEL_NAME.test(label[1]!) || label[1]!.startsWith('__') || label[1]! in labels) return undefined;
-      pos += label[0].length;
-      let raw = '';
-      while (pos < line.length && line[pos] !== '"') {
-        if (line[pos] === '\\') raw += line[pos++];
-        raw += line[pos++] ?? '';
-      }
-      if (line[pos] !== '"') return undefined;
-      pos++;
-      const value = unescape(raw, true);
-      if (value === undefined) return undefined;
-      labels[label[1]!] = value;
-      const sep = /^[ \t]*(,?)[ \t]*/.exec(line.slice(pos))!;
-      pos += sep[0].length;
-      if (sep[1] !== ',' && line[pos] !== '}') return undefined;
+  if (list !== undefined) {
+    LABEL.lastIndex = 0;
+    while (LABEL.lastIndex < list.length) {
+      const l = LABEL.exec(list);
+      if (!l) return undefined;
+      const [, labelName, raw] = l as unknown as [string, string, string];
+      if (!LABEL_NAME.test(labelName) || labelName.startsWith('__') || labelName in labels) return undefined;
+      const text = unescape(raw, true);
+      if (text === undefined) return undefined;
+      labels[labelName] = text;
     }
-    pos++;
   }
-  const rest = line.slice(pos);
-  if (!/^[ \t]/.test(rest)) return undefined;
-  const fields = rest.trim().split(/[ \t]+/);
-  if (fields.length > 2 || !FLOAT.test(fields[0]!) || (fields[1] !== undefined && !TIMESTAMP.test(fields[1])))
-    return undefined;
-  return { name, labels, value: parseFloatValue(fields[0]!) };
+  return { name, labels, value: parseFloatValue(value) };
 }
 
 /** The format's escapes: `\\` and `\n` everywhere, `\"` in label values only. */

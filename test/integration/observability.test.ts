@@ -76,7 +76,7 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
 
   it('the log of a federated run holds no blob, setting value, signature or seed', async () => {
     const lines: string[] = [];
-    const logTo = (server: string) => createLogger('debug', (l) => lines.push(l), { server });
+    const logTo = (self: string) => createLogger('debug', (l) => lines.push(l), { self });
     await using net = await startNetwork({
       federate: true,
       servers: [
@@ -126,7 +126,7 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
 
     // The log is the real thing: JSON lines from both servers, per-request entries with their ids.
     const entries = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
-    assert.deepEqual(new Set(entries.map((e) => e.server)), new Set(['alpha', 'beta']));
+    assert.deepEqual(new Set(entries.map((e) => e.self)), new Set(['alpha', 'beta']));
     assert.ok(entries.every((e) => typeof e.time === 'string' && typeof e.msg === 'string' && e.level));
     const loggedIn = entries.filter((e) => e.msg === 'user logged in');
     assert.equal(loggedIn.length, 3);

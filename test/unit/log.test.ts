@@ -6,7 +6,7 @@ import { createLogger, REDACTED_FIELDS } from '../../src/server/log.js';
 
 function capture(level: LogLevel = 'debug') {
   const lines: string[] = [];
-  const log = createLogger(level, (l) => lines.push(l), { server: 'alpha' });
+  const log = createLogger(level, (l) => lines.push(l), { self: 'alpha' });
   return { log, lines, entries: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>) };
 }
 
@@ -18,7 +18,7 @@ describe('logger (pino adapter)', () => {
     assert.equal(e!.level, 'info');
     assert.equal(e!.msg, 'sent');
     assert.match(String(e!.time), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
-    assert.deepEqual([e!.server, e!.requestId, e!.op, e!.sessionId, e!.n], ['alpha', 'r1', 'SendMessagePair', 's1', 2]);
+    assert.deepEqual([e!.self, e!.requestId, e!.op, e!.sessionId, e!.n], ['alpha', 'r1', 'SendMessagePair', 's1', 2]);
   });
 
   it('drops entries below the level; silent writes nothing', () => {
