@@ -57,7 +57,7 @@ export interface ServerDeps {
 export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Promise<RunningServer> {
   const resolved = resolveConfig(input);
   const clock = deps.clock ?? systemClock;
-  const log = deps.log ?? createLogger(resolved.logLevel, undefined, { server: resolved.serverLogin });
+  const log = deps.log ?? createLogger(resolved.logLevel, undefined, { self: resolved.serverLogin });
 
   const background = new BackgroundQueue(log);
   await mkdir(resolved.dataDir, { recursive: true });

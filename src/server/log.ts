@@ -1,4 +1,10 @@
-/** Structured logging: one JSON object per line, to stderr unless a sink is given. */
+/**
+ * Structured logging through pino: JSON lines on stderr, or pino-pretty's coloured lines when stderr is
+ * a terminal. A thin adapter keeps the house call shape `log.info(msg, fields)`.
+ */
+import type { DestinationStream, Logger as PinoLogger } from 'pino';
+import { pino, stdSerializers, stdTimeFunctions } from 'pino';
+import pretty from 'pino-pretty';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -12,39 +18,80 @@ export interface Logger {
   info(msg: string, fields?: LogFields): void;
   warn(msg: string, fields?: LogFields): void;
   error(msg: string, fields?: LogFields): void;
+  /** A logger that adds `bindings` (e.g. requestId, op, sessionId) to every entry. */
+  child(bindings: LogFields): Logger;
 }
 
 /** Receives one finished JSON line (without the newline). */
 export type LogSink = (line: string) => void;
 
-const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
+/** Where entries go: a line sink, or any stream pino can write to. */
+export type LogDestination = LogSink | DestinationStream;
 
-const stderrSink: LogSink = (line) => {
-  process.stderr.write(line + '\n');
-};
+/**
+ * Field names whose values are message content, key material or push credentials. They never reach a
+ * log line, whatever a call site passes, down to REDACT_DEPTH levels (`payload.items[0].blobB64` is 4).
+ */
+export const REDACTED_FIELDS = [
+  'blobB64',
+  'incomingBlobB64',
+  'outgoingBlobB64',
+  'blobsB64',
+  'valueB64',
+  'payloadB64',
+  'endpoint',
+  'p256dhB64',
+  'authB64',
+  'signatureB64',
+  'seedB64',
+  'privateKey',
+  'serverKeySeedB64',
+  'vapidPrivateKey',
+  'adminToken',
+] as const;
+
+const REDACT_DEPTH = 4;
+
+/** pino's redact wildcards match one level each (an array index is a level): `f`, `*.f`, `*.*.f`, … */
+const REDACT_PATHS = REDACTED_FIELDS.flatMap((f) =>
+  Array.from({ length: REDACT_DEPTH }, (_, depth) => [...Array<string>(depth).fill('*'), f].join('.')),
+);
 
 /** A logger that writes entries at `level` or above; `base` fields go into every entry. */
-export function createLogger(level: LogLevel, sink: LogSink = stderrSink, base: LogFields = {}): Logger {
-  const min = RANK[level];
-  const write = (lvl: Exclude<LogLevel, 'silent'>) => (msg: string, fields?: LogFields) => {
-    if (RANK[lvl] < min) return;
-    sink(JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...base, ...fields }, jsonSafe));
-  };
-  return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
+export function createLogger(level: LogLevel, destination?: LogDestination, base: LogFields = {}): Logger {
+  const logger = pino(
+    {
+      level,
+      base,
+      // ISO times and level names: readable by people and by every log shipper without pino's tables.
+      timestamp: stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      serializers: { err: stdSerializers.err },
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    },
+    level === 'silent' ? { write: () => undefined } : toStream(destination),
+  );
+  return adapt(logger);
 }
 
 /** Discards everything (tests, embedding). */
 export const silentLogger: Logger = createLogger('silent');
 
-/** JSON.stringify drops an Error's fields and throws on bigint; keep both readable in the log. */
-function jsonSafe(_key: string, value: unknown): unknown {
-  if (value instanceof Error) {
-    const out: Record<string, unknown> = { name: value.name, message: value.message, stack: value.stack };
-    const code = (value as { code?: unknown }).code;
-    if (code !== undefined) out.code = code;
-    if (value.cause !== undefined) out.cause = value.cause;
-    return out;
-  }
-  if (typeof value === 'bigint') return value.toString();
-  return value;
+function adapt(logger: PinoLogger): Logger {
+  return {
+    debug: (msg, fields) => logger.debug(fields ?? {}, msg),
+    info: (msg, fields) => logger.info(fields ?? {}, msg),
+    warn: (msg, fields) => logger.warn(fields ?? {}, msg),
+    error: (msg, fields) => logger.error(fields ?? {}, msg),
+    child: (bindings) => adapt(logger.child(bindings)),
+  };
+}
+
+function toStream(destination: LogDestination | undefined): DestinationStream {
+  if (typeof destination === 'function') return { write: (line: string) => destination(line.replace(/\n$/, '')) };
+  if (destination) return destination;
+  // stdout carries the CLI's own output; logs stay on stderr, pretty only when a person watches it.
+  if (process.stderr.isTTY)
+    return pretty({ destination: 2, sync: true, colorize: true, translateTime: 'SYS:HH:MM:ss.l' });
+  return pino.destination({ dest: 2, sync: true });
 }

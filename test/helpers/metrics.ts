@@ -1,18 +1,18 @@
 /** Reading a server's GET /metrics in tests. */
+import { scrape } from './prometheus.js';
 import { waitUntil } from './wait.js';
 
 /**
  * The sum of a Prometheus series over every label set that includes `labels` (e.g. `shine_ops_total`
- * with `{op: 'ReceiveIncomingMessage'}` sums all statuses unless one is given); 0 when absent.
+ * with `{op: 'ReceiveIncomingMessage'}` sums all statuses unless one is given); 0 when absent. The
+ * scrape is parsed strictly, so every test that reads a metric also checks the exposition format.
  */
 export async function metricSum(httpUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${httpUrl}/metrics`)).text();
   let sum = 0;
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have = new Map([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]));
-    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) sum += Number(m[3]);
+  for (const family of (await scrape(httpUrl)).values()) {
+    for (const s of family.samples) {
+      if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) sum += s.value;
+    }
   }
   return sum;
 }

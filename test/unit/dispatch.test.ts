@@ -149,7 +149,7 @@ describe('Dispatcher', () => {
     const { send, metrics } = setup();
     await send(fakeSession(), { login: 'alice' });
     await send(fakeSession(), {}, 'Whatever-attacker-chose');
-    const text = metrics.render();
+    const text = await metrics.render();
     assert.match(text, /^shine_ops_total\{op="GetUserProfile",status="200"\} 1$/m);
     assert.match(text, /^shine_ops_total\{op="_unknown",status="404"\} 1$/m);
     assert.doesNotMatch(text, /attacker/);

@@ -25,7 +25,7 @@ export interface AuthDeps {
 const CHALLENGE_BYTES = 32;
 
 export function registerAuthOps(r: OpRegistry, deps: AuthDeps): void {
-  const { config, clock, directory, hub, verifier, log } = deps;
+  const { config, clock, directory, hub, verifier } = deps;
   r.add('AuthChallenge', {
     auth: 'none',
     async handle(_payload, session) {
@@ -65,7 +65,7 @@ export function registerAuthOps(r: OpRegistry, deps: AuthDeps): void {
       }
       const bound = Object.assign(session, { login, deviceId });
       hub.bindUser(bound, login);
-      log.debug('user logged in', { login, deviceId, sessionId: bound.id });
+      call.log.debug('user logged in', { login, deviceId });
       call.afterAnswer(() => deps.onLogin(bound));
       return { login, deviceId, sessionId: bound.id };
     },

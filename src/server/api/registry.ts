@@ -18,6 +18,7 @@ import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
 import { payloadSchema } from '../../protocol/ops.js';
 import type { ServerSession, Session, UserSession } from '../sessions.js';
 import { isUserSession } from '../sessions.js';
+import type { Logger } from '../log.js';
 
 /** none: any socket; user: after AuthLogin; server: a server session (ServerAuth, or trusted when s2sAuth is off). */
 export type AuthKind = 'none' | 'user' | 'server';
@@ -33,6 +34,8 @@ export type SessionOf<A extends AuthKind> = A extends 'user'
 export interface OpCall {
   /** Runs fn once the answer frame has been written to the socket (e.g. replay after AuthLogin). */
   afterAnswer(fn: () => Promise<void>): void;
+  /** The server's logger with this request's requestId, op and sessionId in every entry. */
+  readonly log: Logger;
 }
 
 export interface OpHandler<K extends OpName, A extends AuthKind> {

@@ -6,7 +6,7 @@ import type { z } from 'zod';
 import type { Request, Response } from '../../protocol/envelope.js';
 import { EnvelopeError, errorResponse, okResponse, parseRequest } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { OpRegistry } from '../api/registry.js';
+import type { OpCall, OpRegistry } from '../api/registry.js';
 import { UNFEDERATED_SERVER_LOGIN } from '../config/config.js';
 import type { Config } from '../config/config.js';
 import type { Logger } from '../log.js';
@@ -32,8 +32,8 @@ export class Dispatcher {
     /** Server ops are refused while serverLogin is the unfederated `local` (SPEC §5.4); s2sAuth `off` opens them to any socket. */
     private readonly config: Pick<Config, 'serverLogin' | 's2sAuth'>,
   ) {
-    this.opsTotal = metrics.counter('ops_total', 'Requests answered, by op and status.');
-    this.opSeconds = metrics.histogram('op_duration_seconds', 'Time from frame to answer, by op.');
+    this.opsTotal = metrics.counter('ops_total', 'Requests answered, by op and status.', ['op', 'status']);
+    this.opSeconds = metrics.histogram('op_duration_seconds', 'Time from frame to answer, by op.', undefined, ['op']);
   }
 
   /**
@@ -80,18 +80,22 @@ export class Dispatcher {
     if (!checked.ok) return fail(request, new ShineError('BAD_FIELDS', describeIssues(checked.error)));
 
     const afterAnswer: (() => Promise<void>)[] = [];
+    // Made on first use only: most requests never log.
+    let log: Logger | undefined;
+    const requestLog = () =>
+      (log ??= this.log.child({ requestId: request.requestId, op: request.op, sessionId: session.id }));
+    const call: OpCall = {
+      afterAnswer: (fn) => void afterAnswer.push(fn),
+      get log() {
+        return requestLog();
+      },
+    };
     try {
-      const payload = await checked.run(session, { afterAnswer: (fn) => void afterAnswer.push(fn) });
+      const payload = await checked.run(session, call);
       return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer };
     } catch (err) {
       if (err instanceof ShineError) return fail(request, err);
-      this.log.error('op failed', {
-        op: request.op,
-        requestId: request.requestId,
-        sessionId: session.id,
-        login: session.login,
-        err,
-      });
+      requestLog().error('op failed', { login: session.login, err });
       return fail(request, new ShineError('INTERNAL', 'internal error'));
     }
   }

@@ -3,6 +3,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
 import type { AppContext } from '../context.js';
+import { METRICS_CONTENT_TYPE } from '../metrics.js';
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -52,7 +53,7 @@ async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse)
       }
     },
     '/.well-known/shine-server': () => sendJson(res, 200, ctx.directory.selfDescriptor()),
-    '/metrics': () => send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', ctx.metrics.render()),
+    '/metrics': async () => send(res, 200, METRICS_CONTENT_TYPE, await ctx.metrics.render()),
     // The web client is served here once it exists.
     '/': () =>
       send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),

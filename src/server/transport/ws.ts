@@ -193,7 +193,12 @@ export class WsGateway {
       try {
         await fn();
       } catch (err) {
-        this.ctx.log.error('after-answer work failed', { op: response.op, sessionId: session.id, err });
+        this.ctx.log.error('after-answer work failed', {
+          op: response.op,
+          requestId: response.requestId,
+          sessionId: session.id,
+          err,
+        });
       }
     }
   }
