@@ -52,6 +52,17 @@ export const opSchemas = {
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
   GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
 
+  // WebPush (SPEC §5.5); endpoint and keys are checked by the push area (BAD_FIELDS)
+  GetWebPushConfig: z.object({}),
+  UpsertPushToken: z.object({
+    deviceId: z.string().regex(DEVICE_ID_RE).optional(),
+    endpoint: z.string().min(1).max(4096),
+    p256dhB64: z.string().max(256),
+    authB64: z.string().max(256),
+  }),
+  DeletePushToken: z.object({ endpoint: z.string().min(1).max(4096) }),
+  SendTestWebPush: z.object({}),
+
   // server operations (SPEC §5.1, §5.4)
   ServerAuth: z.object({
     serverLogin: z.string().min(1).max(64),
@@ -125,6 +136,10 @@ export interface OpResults {
   AckSessionDelivery: { acked: number };
   SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
   GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
+  GetWebPushConfig: { vapidPublicKey: string };
+  UpsertPushToken: { stored: true };
+  DeletePushToken: { deleted: number };
+  SendTestWebPush: { sent: number; failed: number };
   ServerAuth: { serverLogin: string; targetServerLogin: string };
   ReceiveIncomingMessage: {
     messageKey: string;
