@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import webpush from 'web-push';
 import { toBase64 } from '../../src/protocol/bytes.js';
 import type { Container } from '../../src/protocol/container.js';
 import { encodeReceiptBody } from '../../src/protocol/container.js';
@@ -328,5 +329,25 @@ describe('push: UpsertPushToken and DeletePushToken', () => {
     assert.deepEqual(await b.call('DeletePushToken', own), { deleted: 0 });
     assert.deepEqual(await devices(), names(1, 3, 4, 6, 7, 8, 9, 10, 11));
     assert.deepEqual(await b.call('DeletePushToken', { endpoint: 'not a url' }), { deleted: 0 });
+  });
+});
+
+describe('push: VAPID keys', () => {
+  it('are made at first start and kept in the database; a configured pair must match', async () => {
+    await using net = await startNetwork({ servers: [{ serverLogin: 'alpha' }] });
+    const first = net.servers[0]!.ctx.push.vapidPublicKey;
+    await net.stop(0);
+    await net.start(0);
+    assert.equal(net.servers[0]!.ctx.push.vapidPublicKey, first, 'the same key after a restart');
+
+    const [mine, other] = [webpush.generateVAPIDKeys(), webpush.generateVAPIDKeys()];
+    await assert.rejects(
+      startNetwork({ servers: [{ vapidPublicKey: mine.publicKey, vapidPrivateKey: other.privateKey }] }),
+      /is not the public key of SHINE_VAPID_PRIVATE_KEY/,
+    );
+    await using own = await startNetwork({
+      servers: [{ vapidPublicKey: mine.publicKey, vapidPrivateKey: mine.privateKey }],
+    });
+    assert.equal(own.servers[0]!.ctx.push.vapidPublicKey, mine.publicKey);
   });
 });
