@@ -1,8 +1,11 @@
 /**
  * One push request (RFC 8030): web-push encrypts the payload (RFC 8291 aes128gcm) and signs the VAPID
- * JWT (RFC 8292); the POST is ours, so a timeout follows the injected clock and tests can reach a
- * plain-HTTP endpoint on loopback.
+ * JWT (RFC 8292); the POST is ours, so a timeout follows the injected clock, connections are kept
+ * alive, and tests can reach a plain-HTTP endpoint on loopback.
  */
+import { setMaxListeners } from 'node:events';
+import http from 'node:http';
+import https from 'node:https';
 import webpush from 'web-push';
 import type { Clock } from '../clock.js';
 import type { VapidIdentity } from './vapid.js';
@@ -32,48 +35,96 @@ export interface PushAnswer {
 
 export type PushTransport = (target: PushTarget, payload: string, options: PushOptions) => Promise<PushAnswer>;
 
-/** The real transport: encrypts, signs and POSTs, giving up after timeoutMs of the clock or on abort. */
+/** A VAPID JWT is valid 12 h (the library's default); one is made per push-service origin and hour. */
+const VAPID_REUSE_MS = 3_600_000;
+const MAX_VAPID_ORIGINS = 1_000;
+
+/**
+ * The real transport: encrypts (a fresh key per push), signs, and POSTs over kept-alive connections,
+ * giving up after timeoutMs of the clock or when signal aborts.
+ */
 export function httpPushTransport(deps: {
   vapid: VapidIdentity;
   clock: Clock;
   timeoutMs: number;
   signal: AbortSignal;
-}): PushTransport {
+}): PushTransport & { close(): void } {
   const { vapid, clock, timeoutMs, signal } = deps;
-  return async (target, payload, options) => {
+  // Every request in flight listens for the service closing.
+  setMaxListeners(0, signal);
+  const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
+  // Signing the JWT costs more than encrypting the payload, and one per origin is all RFC 8292 needs.
+  const jwts = new Map<string, { authorization: string; renewAtMs: number }>();
+  const authorizationFor = (origin: string): string => {
+    const now = clock.now();
+    let jwt = jwts.get(origin);
+    if (!jwt || now >= jwt.renewAtMs) {
+      if (jwts.size >= MAX_VAPID_ORIGINS) jwts.clear();
+      const { Authorization } = webpush.getVapidHeaders(
+        origin,
+        vapid.subject,
+        vapid.publicKey,
+        vapid.privateKey,
+        'aes128gcm',
+      );
+      jwts.set(origin, (jwt = { authorization: Authorization, renewAtMs: now + VAPID_REUSE_MS }));
+    }
+    return jwt.authorization;
+  };
+
+  const transport = async (target: PushTarget, payload: string, options: PushOptions): Promise<PushAnswer> => {
+    const url = new URL(target.endpoint);
     const request = webpush.generateRequestDetails(
       { endpoint: target.endpoint, keys: { p256dh: target.p256dh, auth: target.auth } },
       payload,
       {
-        vapidDetails: { subject: vapid.subject, publicKey: vapid.publicKey, privateKey: vapid.privateKey },
         contentEncoding: 'aes128gcm',
         TTL: options.ttlSeconds,
         ...(options.urgency ? { urgency: options.urgency } : {}),
         ...(options.topic ? { topic: options.topic } : {}),
       },
     );
+    const headers = { ...request.headers, authorization: authorizationFor(url.origin) };
     const abort = new AbortController();
-    const timer = clock.setTimer(timeoutMs, () => abort.abort());
+    let timedOut = false;
+    const timer = clock.setTimer(timeoutMs, () => {
+      timedOut = true;
+      abort.abort();
+    });
     const onClose = () => abort.abort();
     signal.addEventListener('abort', onClose);
     try {
-      const res = await fetch(request.endpoint, {
-        method: 'POST',
-        headers: request.headers,
-        body: new Uint8Array(request.body),
-        signal: abort.signal,
-        redirect: 'manual',
+      return await new Promise<PushAnswer>((resolve) => {
+        const agent = url.protocol === 'http:' ? agents['http:'] : agents['https:'];
+        const req = (url.protocol === 'http:' ? http : https).request(
+          url,
+          { method: 'POST', headers, agent, signal: abort.signal },
+          (res) => {
+            // The body is not needed, but reading it to the end lets the connection be reused.
+            res.resume();
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode ?? 0,
+                retryAfterMs: retryAfterMs(res.headers['retry-after'] ?? null, clock.now()),
+              }),
+            );
+            res.on('error', () => resolve({ status: 'network', retryAfterMs: null }));
+          },
+        );
+        req.on('error', () => resolve({ status: timedOut ? 'timeout' : 'network', retryAfterMs: null }));
+        req.end(request.body);
       });
-      // The body is not needed, but reading it lets the connection be reused.
-      await res.arrayBuffer();
-      return { status: res.status, retryAfterMs: retryAfterMs(res.headers.get('retry-after'), clock.now()) };
-    } catch {
-      return { status: abort.signal.aborted && !signal.aborted ? 'timeout' : 'network', retryAfterMs: null };
     } finally {
       timer.cancel();
       signal.removeEventListener('abort', onClose);
     }
   };
+  return Object.assign(transport, {
+    close: () => {
+      agents['http:'].destroy();
+      agents['https:'].destroy();
+    },
+  });
 }
 
 /** Retry-After as delay-seconds or an HTTP date (RFC 9110 §10.2.3); null when absent or unreadable. */

@@ -23,8 +23,6 @@ export interface PushDeps {
   log: Logger;
   metrics: Metrics;
   vapid: VapidIdentity;
-  /** Replaces the HTTP transport (benchmarks of the queue alone). */
-  transport?: PushTransport;
 }
 
 /** The pushes' plaintext: never a blob, text or setting (SPEC §5.5). */
@@ -72,17 +70,17 @@ export function verdictOf(answer: PushAnswer): Verdict {
 export class PushService {
   private readonly queue: Job[] = [];
   private inFlight = 0;
+  /** Answers whose bookkeeping is still being written. */
+  private settling = 0;
   private readonly retryTimers = new Set<TimerHandle>();
   private readonly idleWaiters: (() => void)[] = [];
   private readonly closing = new AbortController();
-  private readonly transport: PushTransport;
+  private readonly transport: PushTransport & { close(): void };
   private readonly count: Record<'sent' | 'dropped' | 'retried' | 'removed', Counter> & { failed: Counter };
 
   constructor(private readonly deps: PushDeps) {
     const { config, clock, metrics, vapid } = deps;
-    this.transport =
-      deps.transport ??
-      httpPushTransport({ vapid, clock, timeoutMs: config.pushTimeoutMs, signal: this.closing.signal });
+    this.transport = httpPushTransport({ vapid, clock, timeoutMs: config.pushTimeoutMs, signal: this.closing.signal });
     this.count = {
       sent: metrics.counter('push_sent_total', 'WebPush requests the push service accepted (2xx)'),
       failed: metrics.counter('push_failed_total', 'WebPush requests that failed for good, by reason'),
@@ -182,9 +180,12 @@ export class PushService {
     };
   }
 
-  /** Resolves once no push is queued or in flight (retries waiting for their time do not count). */
+  /**
+   * Resolves once no push is queued, in flight or being recorded (retries waiting for their time do
+   * not count).
+   */
   idle(): Promise<void> {
-    if (this.queue.length === 0 && this.inFlight === 0) return Promise.resolve();
+    if (this.isIdle()) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
@@ -195,6 +196,7 @@ export class PushService {
     for (const t of this.retryTimers) t.cancel();
     this.retryTimers.clear();
     await this.idle();
+    this.transport.close();
   }
 
   private async toDevicesWithoutSession(owner: string, message: PushMessage, options: PushOptions): Promise<number> {
@@ -239,24 +241,41 @@ export class PushService {
     while (this.inFlight < this.deps.config.pushConcurrency && this.queue.length > 0) {
       const job = this.queue.shift()!;
       this.inFlight++;
-      void this.attempt(job).finally(() => {
+      void this.send(job).then(async (answer) => {
+        // The slot is free once the push service has answered; the bookkeeping (a database write) must
+        // not hold it, or the queue would move at the pace of commits.
         this.inFlight--;
+        this.settling++;
         this.pump();
-        if (this.queue.length === 0 && this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+        try {
+          await this.settle(job, answer);
+        } catch (err) {
+          this.deps.log.error('push bookkeeping failed', { origin: originOf(job.target.endpoint), err });
+        } finally {
+          this.settling--;
+          if (this.isIdle()) for (const w of this.idleWaiters.splice(0)) w();
+        }
       });
     }
   }
 
-  private async attempt(job: Job): Promise<void> {
-    const { clock, store, log } = this.deps;
-    let answer: PushAnswer;
+  private isIdle(): boolean {
+    return this.queue.length === 0 && this.inFlight === 0 && this.settling === 0;
+  }
+
+  private async send(job: Job): Promise<PushAnswer> {
     try {
-      answer = await this.transport(job.target, job.payload, job.options);
+      return await this.transport(job.target, job.payload, job.options);
     } catch (err) {
       // The library refused to build the request (a stored key it cannot use): not worth retrying.
-      log.warn('push request not built', { origin: originOf(job.target.endpoint), err: String(err) });
-      answer = { status: 'invalid', retryAfterMs: null };
+      this.deps.log.warn('push request not built', { origin: originOf(job.target.endpoint), err: String(err) });
+      return { status: 'invalid', retryAfterMs: null };
     }
+  }
+
+  /** Counts the answer, arms a retry or deletes a gone subscription, and records the health. */
+  private async settle(job: Job, answer: PushAnswer): Promise<void> {
+    const { clock, store, log } = this.deps;
     if (this.closing.signal.aborted) return;
     const verdict = verdictOf(answer);
     const now = clock.now();
