@@ -132,6 +132,8 @@ export function retryAfterMs(header: string | null, nowMs: number): number | nul
   if (header === null) return null;
   const text = header.trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
+  // IMF-fixdate, the one form senders must use; Date.parse alone would read '-5' as a year.
+  if (!/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(text)) return null;
   const at = Date.parse(text);
   return Number.isNaN(at) ? null : Math.max(0, at - nowMs);
 }
