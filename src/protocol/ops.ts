@@ -51,6 +51,17 @@ export const opSchemas = {
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
   GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
 
+  // WebPush (SPEC §5.5); endpoint and keys are checked by the push area (BAD_FIELDS)
+  GetWebPushConfig: z.object({}),
+  UpsertPushToken: z.object({
+    deviceId: z.string().regex(DEVICE_ID_RE).optional(),
+    endpoint: z.string().min(1).max(4096),
+    p256dhB64: z.string().max(256),
+    authB64: z.string().max(256),
+  }),
+  DeletePushToken: z.object({ endpoint: z.string().min(1).max(4096) }),
+  SendTestWebPush: z.object({}),
+
   // server operations (SPEC §5.1, §5.4)
   ServerAuth: z.object({
     serverLogin: z.string().min(1).max(64),
@@ -142,6 +153,10 @@ export const opAnswerSchemas = {
   AckSessionDelivery: z.object({ acked: num }),
   SetUserSetting: z.object({ key: z.string(), updatedAtMs: num, applied: z.boolean() }),
   GetUserSettings: z.object({ items: z.array(z.object({ key: z.string(), valueB64: z.string(), updatedAtMs: num })) }),
+  GetWebPushConfig: z.object({ vapidPublicKey: z.string() }),
+  UpsertPushToken: z.object({ stored: z.literal(true) }),
+  DeletePushToken: z.object({ deleted: num }),
+  SendTestWebPush: z.object({ sent: num, failed: num }),
   ServerAuth: z.object({ serverLogin: z.string(), targetServerLogin: z.string() }),
   ReceiveIncomingMessage: z.object({
     messageKey: z.string(),

@@ -22,8 +22,8 @@ import type { Logger } from './log.js';
 import { createLogger } from './log.js';
 import { Metrics } from './metrics.js';
 import { SessionHub } from './sessions.js';
+import type { SqliteStore } from './store/sqlite/store.js';
 import { openSqliteStore } from './store/sqlite/store.js';
-import type { Store } from './store/types.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
 import { registerFederationOps } from './api/federation.js';
@@ -32,6 +32,10 @@ import { DeliveryEngine } from './delivery/engine.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
 import { ReplicationService } from './replication/service.js';
+import { pushAdminRoutes, registerPushOps } from './api/push.js';
+import { PushService } from './push/service.js';
+import { loadVapidIdentity } from './push/vapid.js';
+import { SqlitePushStore } from './store/sqlite/push.js';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -118,7 +122,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       { config, clock, store, hub, directory, peers, log, metrics, background },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
-    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery, background });
+    const pushStore = new SqlitePushStore(store.db);
+    const vapid = await loadVapidIdentity(config, pushStore);
+    const push = new PushService({ config, clock, store: pushStore, hub, log, metrics, vapid });
+    stoppers.push(['push', () => push.close()]);
+    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery, background, push });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       config,
@@ -149,7 +157,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     registerDmOps(registry, dm);
     registerFederationOps(registry, federation);
     registerReplicationOps(registry, replication);
-    const adminRoutes = adminApi({ store, replication });
+    registerPushOps(registry, push);
+    const adminRoutes = [...adminApi({ store, replication }), ...pushAdminRoutes(push)];
     const ctx: AppContext = {
       config,
       clock,
@@ -161,6 +170,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       serverKey,
       directory,
       dm,
+      push,
       registry,
       adminRoutes,
     };
@@ -201,7 +211,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
   }
 }
 
-async function openStore(config: Config): Promise<Store> {
+async function openStore(config: Config): Promise<SqliteStore> {
   if (config.db.kind === 'postgres') {
     throw new Error('PostgreSQL (SHINE_DB=postgres://…) is not supported yet; use sqlite:PATH');
   }

@@ -8,6 +8,7 @@ import type { DmService } from './dm/service.js';
 import type { ServerKey } from './keys.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
+import type { PushService } from './push/service.js';
 import type { SessionHub } from './sessions.js';
 import type { Store } from './store/types.js';
 import type { AdminRoute } from './api/admin.js';
@@ -23,6 +24,7 @@ export interface AppContext {
   readonly serverKey: ServerKey;
   readonly directory: Directory;
   readonly dm: DmService;
+  readonly push: PushService;
   readonly registry: OpRegistry;
   /** Routes behind the admin token under /admin and /debug. */
   readonly adminRoutes: readonly AdminRoute[];

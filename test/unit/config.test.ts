@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { bindConfigToPort, ConfigError, resolveConfig } from '../../src/server/config/config.js';
+import webpush from 'web-push';
 import { configInputFromEnv } from '../../src/server/config/env.js';
 
 describe('resolveConfig', () => {
@@ -185,4 +186,44 @@ describe('config-file-only settings', () => {
     assert.throws(() => resolveConfig({ deliveryPoolSize: 0 }), ConfigError);
     assert.throws(() => resolveConfig({ deliveryQueueSize: 'many' }), ConfigError);
   });
+});
+
+describe('WebPush settings (SPEC §5.5)', () => {
+  const keys = webpush.generateVAPIDKeys();
+
+  it('reads the SHINE_VAPID_* and SHINE_WEBPUSH_* variables, with defaults', () => {
+    const d = resolveConfig({ serverLogin: 'alpha' });
+    assert.equal(d.vapid, undefined);
+    assert.equal(d.vapidSubject, 'mailto:admin@alpha.invalid');
+    assert.deepEqual([d.webPushAllowInsecure, d.webPushReceipts], [false, false]);
+    assert.deepEqual([d.pushQueueSize, d.pushConcurrency, d.pushTimeoutMs], [10_000, 16, 10_000]);
+    const c = resolveConfig(
+      configInputFromEnv({
+        SHINE_VAPID_PUBLIC_KEY: keys.publicKey,
+        SHINE_VAPID_PRIVATE_KEY: keys.privateKey,
+        SHINE_VAPID_SUBJECT: 'https://alpha.example/contact',
+        SHINE_WEBPUSH_ALLOW_INSECURE: '1',
+        SHINE_WEBPUSH_RECEIPTS: 'true',
+      }),
+    );
+    assert.deepEqual(c.vapid, keys);
+    assert.equal(c.vapidSubject, 'https://alpha.example/contact');
+    assert.deepEqual([c.webPushAllowInsecure, c.webPushReceipts], [true, true]);
+  });
+
+  const refused: [string, Parameters<typeof resolveConfig>[0], RegExp][] = [
+    ['a public key alone', { vapidPublicKey: 'x' }, /go together/],
+    ['a short public key', { vapidPublicKey: keys.publicKey.slice(2), vapidPrivateKey: keys.privateKey }, /65 bytes/],
+    ['a padded private key', { vapidPublicKey: keys.publicKey, vapidPrivateKey: keys.privateKey + '=' }, /32 bytes/],
+    ['a subject that is no contact', { vapidSubject: 'admin@alpha' }, /vapidSubject/],
+    ['a flag that is not a boolean', { webPushReceipts: 'yes' }, /webPushReceipts/],
+  ];
+  for (const [name, input, message] of refused) {
+    it(`rejects ${name}`, () => {
+      assert.throws(
+        () => resolveConfig(input),
+        (err: Error) => err instanceof ConfigError && message.test(err.message),
+      );
+    });
+  }
 });

@@ -62,6 +62,20 @@ export interface Config {
   wsPingIntervalMs: number;
   /** Pages one replication pull of one owner may take in a cycle; a peer that pages on past it is cut off. */
   syncMaxPages: number;
+  /** WebPush (SPEC §5.5): this server's VAPID key pair, unpadded base64url; made and kept in the database when unset. */
+  vapid?: { publicKey: string; privateKey: string } | undefined;
+  /** VAPID subject; default `mailto:admin@<serverLogin>.invalid`. */
+  vapidSubject: string;
+  /** Tests only: also accept `http://127.0.0.1:*` push endpoints. */
+  webPushAllowInsecure: boolean;
+  /** Also push for read receipts (type 3 copies). */
+  webPushReceipts: boolean;
+  /** Pushes waiting for a sender; more are dropped and counted. */
+  pushQueueSize: number;
+  /** Push requests in flight at once. */
+  pushConcurrency: number;
+  /** A push request without an answer after this is a network failure. */
+  pushTimeoutMs: number;
 }
 
 /**
@@ -100,6 +114,15 @@ export interface ConfigInput {
   wsMaxBufferedBytes?: number | string | undefined;
   wsPingIntervalMs?: number | string | undefined;
   syncMaxPages?: number | string | undefined;
+  vapidPublicKey?: string | undefined;
+  vapidPrivateKey?: string | undefined;
+  vapidSubject?: string | undefined;
+  /** `1`/`true` or `0`/`false` (or a boolean). */
+  webPushAllowInsecure?: string | boolean | undefined;
+  webPushReceipts?: string | boolean | undefined;
+  pushQueueSize?: number | string | undefined;
+  pushConcurrency?: number | string | undefined;
+  pushTimeoutMs?: number | string | undefined;
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -128,6 +151,9 @@ export const CONFIG_DEFAULTS = {
   wsMaxBufferedBytes: 16 * 1024 * 1024,
   wsPingIntervalMs: 30_000,
   syncMaxPages: 1_000,
+  pushQueueSize: 10_000,
+  pushConcurrency: 16,
+  pushTimeoutMs: 10_000,
 } as const satisfies Partial<Config>;
 
 /** The serverLogin of a server that is not federated (server ops answer LOCAL_SERVER_NOT_CONFIGURED). */
@@ -163,6 +189,14 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'wsMaxBufferedBytes',
   'wsPingIntervalMs',
   'syncMaxPages',
+  'vapidPublicKey',
+  'vapidPrivateKey',
+  'vapidSubject',
+  'webPushAllowInsecure',
+  'webPushReceipts',
+  'pushQueueSize',
+  'pushConcurrency',
+  'pushTimeoutMs',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -241,6 +275,13 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     wsMaxBufferedBytes: int('wsMaxBufferedBytes', input.wsMaxBufferedBytes ?? d.wsMaxBufferedBytes, 1),
     wsPingIntervalMs: int('wsPingIntervalMs', input.wsPingIntervalMs ?? d.wsPingIntervalMs, 1),
     syncMaxPages: int('syncMaxPages', input.syncMaxPages ?? d.syncMaxPages, 1),
+    vapid: vapidKeys(input.vapidPublicKey, input.vapidPrivateKey),
+    vapidSubject: vapidSubject(input.vapidSubject ?? `mailto:admin@${serverLogin}.invalid`),
+    webPushAllowInsecure: bool('webPushAllowInsecure', input.webPushAllowInsecure ?? false),
+    webPushReceipts: bool('webPushReceipts', input.webPushReceipts ?? false),
+    pushQueueSize: int('pushQueueSize', input.pushQueueSize ?? d.pushQueueSize, 1),
+    pushConcurrency: int('pushConcurrency', input.pushConcurrency ?? d.pushConcurrency, 1),
+    pushTimeoutMs: int('pushTimeoutMs', input.pushTimeoutMs ?? d.pushTimeoutMs, 1),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);
@@ -358,5 +399,32 @@ function seed(value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   if (fromBase64(value)?.length !== 32)
     throw new ConfigError('serverKeySeedB64', 'must be 32 bytes of standard base64');
+  return value;
+}
+
+function bool(field: string, value: unknown): boolean {
+  if (typeof value === 'boolean') return value;
+  if (value === '1' || value === 'true') return true;
+  if (value === '0' || value === 'false') return false;
+  throw new ConfigError(field, `must be 1, 0, true or false, got ${JSON.stringify(value)}`);
+}
+
+/** Both VAPID keys or neither, each unpadded base64url of the right length (the pair is checked at start). */
+function vapidKeys(publicKey: string | undefined, privateKey: string | undefined): Config['vapid'] {
+  if (publicKey === undefined && privateKey === undefined) return undefined;
+  if (publicKey === undefined || privateKey === undefined)
+    throw new ConfigError('vapidPublicKey', 'SHINE_VAPID_PUBLIC_KEY and SHINE_VAPID_PRIVATE_KEY go together');
+  const bytes = (field: string, text: string, length: number): void => {
+    if (!/^[A-Za-z0-9_-]+$/.test(text) || Buffer.from(text, 'base64url').length !== length)
+      throw new ConfigError(field, `must be ${length} bytes of unpadded base64url`);
+  };
+  bytes('vapidPublicKey', publicKey, 65);
+  bytes('vapidPrivateKey', privateKey, 32);
+  return { publicKey, privateKey };
+}
+
+function vapidSubject(value: string): string {
+  if (!/^(mailto:\S+@\S+|https:\/\/\S+)$/.test(value))
+    throw new ConfigError('vapidSubject', `"${value}" must be a mailto: address or an https: URL`);
   return value;
 }

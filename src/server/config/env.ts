@@ -28,6 +28,11 @@ export const ENV_VARS = {
   SHINE_WS_PING_INTERVAL_MS: 'wsPingIntervalMs',
   SHINE_SQLITE_SYNC: 'sqliteSync',
   SHINE_LOG_LEVEL: 'logLevel',
+  SHINE_VAPID_PUBLIC_KEY: 'vapidPublicKey',
+  SHINE_VAPID_PRIVATE_KEY: 'vapidPrivateKey',
+  SHINE_VAPID_SUBJECT: 'vapidSubject',
+  SHINE_WEBPUSH_ALLOW_INSECURE: 'webPushAllowInsecure',
+  SHINE_WEBPUSH_RECEIPTS: 'webPushReceipts',
 } as const satisfies Record<string, keyof ConfigInput>;
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';

@@ -13,6 +13,7 @@ import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
+import type { PushService } from '../push/service.js';
 import type { Session, SessionHub, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 
@@ -27,6 +28,8 @@ export interface DmDeps {
   background: BackgroundQueue;
   /** Remote delivery; absent on a server that is not federated. */
   delivery?: DeliveryEngine | undefined;
+  /** WebPush to the owner's devices without a session (SPEC §5.5). */
+  push?: Pick<PushService, 'notifyMessage'> | undefined;
 }
 
 /** The copy types each pair op takes (incoming types; the outgoing one is the next number). */
@@ -169,6 +172,7 @@ export class DmService {
     });
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);
     const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
+    const pushed = recipientIsLocal ? await this.pushFor(pair.incoming, result.incoming) : 0;
     return {
       result,
       routes: pair.recipientServers.filter((s) => s !== config.serverLogin),
@@ -181,20 +185,36 @@ export class DmService {
         // A tombstoned pair is answered 200 but stored nowhere: it will never be delivered.
         deliveryState: result.outgoing.outcome === 'tombstoned' ? 'failed' : (result.deliveryState ?? 'accepted'),
         deliveredWsSessions: reached,
-        deliveredWebPushSessions: 0,
+        deliveredWebPushSessions: pushed,
       },
     };
   }
 
   /** Sends a newly stored copy to its owner's sessions (except one); returns how many got it. */
   publish(copy: Container, result: CopyResult, exceptSessionId?: string): number {
-    if (result.outcome !== 'inserted' && result.outcome !== 'updated') return 0;
+    if (!isNew(result)) return 0;
     const event: DirectMessageEvent = {
       ...copyFieldsOf(copy),
       storedAtMs: result.storedAtMs,
       blobB64: toBase64(copy.bytes),
     };
     return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
+  }
+
+  /**
+   * Queues WebPush for a newly stored copy to its owner's devices without a session; returns how many.
+   * The copy is stored whatever happens here, so a failure costs only the push.
+   */
+  async pushFor(copy: Container, result: CopyResult): Promise<number> {
+    const { push, log } = this.deps;
+    if (!push || !isNew(result)) return 0;
+    const { fromLogin, messageType } = copy;
+    try {
+      return await push.notifyMessage({ owner: ownerOf(copy), fromLogin, messageKey: result.messageKey, messageType });
+    } catch (err) {
+      log.error('push for a stored copy failed', { err });
+      return 0;
+    }
   }
 
   async history(payload: OpPayload<'GetDirectMessages'>, session: UserSession): Promise<OpAnswer<'GetDirectMessages'>> {
@@ -301,5 +321,7 @@ function raceTimer<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T | null
     );
   });
 }
+
+const isNew = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));

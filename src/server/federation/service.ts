@@ -121,7 +121,7 @@ export class FederationService {
       messageKey: result.messageKey,
       baseKey: baseKeyOf(copy),
       deliveredWsSessions: dm.publish(copy, result),
-      deliveredWebPushSessions: 0,
+      deliveredWebPushSessions: await dm.pushFor(copy, result),
     };
   }
 

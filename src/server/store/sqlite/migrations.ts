@@ -154,4 +154,14 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX s2s_nonces_seen ON s2s_nonces (seen_at_ms);
   `,
+  // 2: WebPush (SPEC §5.5): when a subscription was last upserted (the oldest beyond 10 per login is
+  // dropped) and its health.
+  `
+  ALTER TABLE push_subscriptions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE push_subscriptions ADD COLUMN upsert_seq INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE push_subscriptions ADD COLUMN last_success_at_ms INTEGER;
+  ALTER TABLE push_subscriptions ADD COLUMN last_error_at_ms INTEGER;
+  ALTER TABLE push_subscriptions ADD COLUMN last_error TEXT;
+  ALTER TABLE push_subscriptions ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0;
+  `,
 ];

@@ -1,0 +1,118 @@
+/** The push area's tables on SQLite (push_subscriptions; VAPID keys in server_meta). */
+import type Database from 'better-sqlite3';
+import type { PushStore, PushSubscriptionRow, UpsertSubscription } from '../../push/store.js';
+import type { SqliteDb } from './db.js';
+
+interface Row {
+  endpoint: string;
+  owner_login: string;
+  device_id: string | null;
+  p256dh: string;
+  auth: string;
+  created_at_ms: number;
+  updated_at_ms: number;
+  last_success_at_ms: number | null;
+  last_error_at_ms: number | null;
+  last_error: string | null;
+  consecutive_failures: number;
+}
+
+const COLUMNS = `endpoint, owner_login, device_id, p256dh, auth, created_at_ms, updated_at_ms, last_success_at_ms,
+  last_error_at_ms, last_error, consecutive_failures`;
+
+const toSubscription = (r: Row): PushSubscriptionRow => ({
+  endpoint: r.endpoint,
+  ownerLogin: r.owner_login,
+  deviceId: r.device_id ?? '',
+  p256dh: r.p256dh,
+  auth: r.auth,
+  createdAtMs: r.created_at_ms,
+  updatedAtMs: r.updated_at_ms,
+  lastSuccessAtMs: r.last_success_at_ms,
+  lastErrorAtMs: r.last_error_at_ms,
+  lastError: r.last_error,
+  consecutiveFailures: r.consecutive_failures,
+});
+
+export class SqlitePushStore implements PushStore {
+  private readonly statements = new Map<string, Database.Statement>();
+
+  constructor(private readonly db: SqliteDb) {}
+
+  private sql(text: string): Database.Statement {
+    let s = this.statements.get(text);
+    if (!s) this.statements.set(text, (s = this.db.conn.prepare(text)));
+    return s;
+  }
+
+  upsertSubscription(input: UpsertSubscription): Promise<{ dropped: number }> {
+    return this.db.write(() => {
+      // upsert_seq orders upserts exactly, even several within one millisecond.
+      const seq = (
+        this.sql('SELECT COALESCE(MAX(upsert_seq), 0) + 1 AS seq FROM push_subscriptions').get() as {
+          seq: number;
+        }
+      ).seq;
+      // A re-subscription starts with a clean failure count: the browser says the endpoint is live.
+      this.sql(
+        `INSERT INTO push_subscriptions (endpoint, owner_login, device_id, p256dh, auth, created_at_ms, updated_at_ms,
+           upsert_seq, consecutive_failures)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)
+         ON CONFLICT (endpoint) DO UPDATE SET owner_login = excluded.owner_login, device_id = excluded.device_id,
+           p256dh = excluded.p256dh, auth = excluded.auth, updated_at_ms = excluded.updated_at_ms,
+           upsert_seq = excluded.upsert_seq, consecutive_failures = 0`,
+      ).run(input.endpoint, input.ownerLogin, input.deviceId, input.p256dh, input.auth, input.nowMs, input.nowMs, seq);
+      return {
+        dropped: this.sql(
+          `DELETE FROM push_subscriptions WHERE owner_login = ? AND endpoint NOT IN
+             (SELECT endpoint FROM push_subscriptions WHERE owner_login = ? ORDER BY upsert_seq DESC LIMIT ?)`,
+        ).run(input.ownerLogin, input.ownerLogin, input.maxPerOwner).changes,
+      };
+    });
+  }
+
+  deleteSubscription(endpoint: string, owner: string | null): Promise<number> {
+    return this.db.write(
+      () =>
+        this.sql('DELETE FROM push_subscriptions WHERE endpoint = ? AND (? IS NULL OR owner_login = ?)').run(
+          endpoint,
+          owner,
+          owner,
+        ).changes,
+    );
+  }
+
+  async getSubscription(endpoint: string): Promise<PushSubscriptionRow | null> {
+    const row = this.sql(`SELECT ${COLUMNS} FROM push_subscriptions WHERE endpoint = ?`).get(endpoint) as
+      Row | undefined;
+    return row ? toSubscription(row) : null;
+  }
+
+  async subscriptionsOf(owner: string): Promise<PushSubscriptionRow[]> {
+    const rows = this.sql(
+      `SELECT ${COLUMNS} FROM push_subscriptions WHERE owner_login = ? ORDER BY upsert_seq, endpoint`,
+    ).all(owner) as Row[];
+    return rows.map(toSubscription);
+  }
+
+  recordPushResult(endpoint: string, nowMs: number, error: string | null): Promise<void> {
+    return this.db.write(() => {
+      if (error === null)
+        this.sql(
+          'UPDATE push_subscriptions SET last_success_at_ms = ?, consecutive_failures = 0 WHERE endpoint = ?',
+        ).run(nowMs, endpoint);
+      else
+        this.sql(
+          `UPDATE push_subscriptions SET last_error_at_ms = ?, last_error = ?,
+             consecutive_failures = consecutive_failures + 1 WHERE endpoint = ?`,
+        ).run(nowMs, error, endpoint);
+    });
+  }
+
+  async keepMeta(key: string, value: string): Promise<string> {
+    await this.db.write(() =>
+      this.sql('INSERT INTO server_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING').run(key, value),
+    );
+    return (this.sql('SELECT value FROM server_meta WHERE key = ?').get(key) as { value: string }).value;
+  }
+}
