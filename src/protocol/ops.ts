@@ -23,6 +23,18 @@ const profile = z.object({
 /** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
 const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
 
+/** Call ids (SPEC §5.6): 1..64 of [A-Za-z0-9_-], like a deviceId. */
+export const CALL_ID_RE = DEVICE_ID_RE;
+/** The largest call payload, decoded (SPEC §5.6). */
+export const MAX_CALL_PAYLOAD = 16 * 1024;
+/** What a client may send with CallSignal; `invite` travels between servers only. */
+export const CALL_SIGNAL_KINDS = ['answer', 'ice', 'reject', 'busy', 'hangup', 'cancel'] as const;
+export type CallSignalKind = (typeof CALL_SIGNAL_KINDS)[number];
+export type CallKind = 'invite' | CallSignalKind;
+
+/** A call's common fields. The payload's size is the handler's to check: too long is 413 TOO_LARGE, not 400. */
+const call = z.object({ toLogin: login, callId: z.string().regex(CALL_ID_RE), payloadB64: z.string() });
+
 /** The fields both sync protocols share (SPEC §7); each adds its own cursor key. */
 const syncBatch = z.object({
   ownerLogin: z.string().max(64).optional(),
@@ -52,6 +64,9 @@ export const opSchemas = {
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
   GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
 
+  CallInviteBroadcast: call,
+  CallSignal: call.extend({ kind: z.enum(CALL_SIGNAL_KINDS) }),
+
   // server operations (SPEC §5.1, §5.4)
   ServerAuth: z.object({
     serverLogin: z.string().min(1).max(64),
@@ -68,6 +83,11 @@ export const opSchemas = {
   GetDmDeliveryStatus: z.object({
     messageKey: z.string().max(256).optional(),
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
+  ReceiveCallSignal: call.extend({
+    fromLogin: login,
+    kind: z.enum(['invite', ...CALL_SIGNAL_KINDS]),
     sourceServerLogin: z.string().max(64).optional(),
   }),
   DmSyncBatch: syncBatch.extend({ afterMessageKey: z.string().max(256).optional() }),
@@ -125,7 +145,10 @@ export interface OpResults {
   AckSessionDelivery: { acked: number };
   SetUserSetting: { key: string; updatedAtMs: number; applied: boolean };
   GetUserSettings: { items: { key: string; valueB64: string; updatedAtMs: number }[] };
+  CallInviteBroadcast: CallDelivery;
+  CallSignal: { deliveredWsSessions: number };
   ServerAuth: { serverLogin: string; targetServerLogin: string };
+  ReceiveCallSignal: CallDelivery;
   ReceiveIncomingMessage: {
     messageKey: string;
     baseKey: string;
@@ -149,6 +172,24 @@ export interface OpResults {
     nextKey: string;
   };
   MarkAllUserSettingsUnsynced: { updated: number; dmUpdated: number };
+}
+
+/** Sessions and pushes a call invite or signal reached (SPEC §5.6). */
+export interface CallDelivery {
+  deliveredWsSessions: number;
+  deliveredWebPushSessions: number;
+}
+
+/** The CallInvite event (SPEC §5.3, §5.6). */
+export interface CallInviteEvent {
+  fromLogin: string;
+  callId: string;
+  payloadB64: string;
+}
+
+/** The CallSignal event (SPEC §5.3, §5.6). */
+export interface CallSignalEvent extends CallInviteEvent {
+  kind: CallSignalKind;
 }
 
 export interface DeliveryStatusItem {

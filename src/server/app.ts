@@ -5,6 +5,7 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { authOps } from './api/auth.js';
+import { callOps } from './api/calls.js';
 import { directoryOps } from './api/directory.js';
 import { dmOps } from './api/dm.js';
 import { OpRegistry } from './api/registry.js';
@@ -27,6 +28,8 @@ import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
 import { federationOps } from './api/federation.js';
 import { replicationOps } from './api/replication.js';
+import type { CallPush } from './calls/service.js';
+import { CallService } from './calls/service.js';
 import { DeliveryEngine } from './delivery/engine.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
@@ -48,7 +51,12 @@ export interface RunningServer extends AsyncDisposable {
 export interface ServerDeps {
   clock?: Clock;
   log?: Logger;
+  /** The `call` push to a callee's devices without a session; tests pass their own. */
+  callPush?: CallPush;
 }
+
+/** Until WebPush (SPEC §5.5) is wired in, a call wakes no device: no push queued. */
+const noCallPush: CallPush = { notifyCall: () => 0 };
 
 /** Resolves the config, opens and migrates the store, loads the key, listens and serves. */
 export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Promise<RunningServer> {
@@ -122,12 +130,23 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       log,
       metrics,
     });
+    const calls = new CallService({
+      config,
+      clock,
+      hub,
+      directory,
+      peers,
+      push: deps.callPush ?? noCallPush,
+      log,
+      sourceOf: (session, source) => federation.sourceOf(session, source),
+    });
     const registry = new OpRegistry()
       .add(authOps({ config, clock, directory, hub, verifier, log, onLogin: (session) => dm.onLogin(session) }))
       .add(directoryOps(directory))
       .add(dmOps(dm))
       .add(federationOps(federation))
-      .add(replicationOps(replication));
+      .add(replicationOps(replication))
+      .add(callOps(calls));
     const adminRoutes = adminApi({ store, replication });
     const ctx: AppContext = {
       config,

@@ -1,5 +1,5 @@
 /** Direct messages on one server: validating and storing pairs, history, receipts, deletes, replay. */
-import { fromBase64, toBase64 } from '../../protocol/bytes.js';
+import { base64DecodedLength, fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import {
   ContainerError,
@@ -16,6 +16,7 @@ import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { DirectMessageEvent, OpPayload, OpResults, PairAnswer } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
+import { raceTimer } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
@@ -287,8 +288,8 @@ export class DmService {
 export function checkBlobSize(b64: string): void {
   // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
   // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
-  const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);
-  if (bytes > MAX_CONTAINER) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
+  if (base64DecodedLength(b64) > MAX_CONTAINER)
+    throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
 }
 
 /** Base64 → container, with the SPEC's codes for each failure. */
@@ -308,23 +309,6 @@ export function decodeBlob(b64: string): Container {
 
 function directMessageEvent({ blob, ...fields }: StoredCopy): DirectMessageEvent {
   return { ...fields, blobB64: toBase64(blob) };
-}
-
-/** The promise's value, or null when ms of the clock pass first. */
-function raceTimer<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T | null> {
-  return new Promise((resolve) => {
-    const timer = clock.setTimer(ms, () => resolve(null));
-    p.then(
-      (v) => {
-        timer.cancel();
-        resolve(v);
-      },
-      () => {
-        timer.cancel();
-        resolve(null);
-      },
-    );
-  });
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
