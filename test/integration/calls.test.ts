@@ -12,7 +12,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { CallDelivery, CallSignalEvent, CallSignalKind } from '../../src/protocol/ops.js';
+import WebSocket from 'ws';
+import { ShineClient, createIdentity, makeProfile } from '../../src/client/index.js';
+import type { CallDelivery, CallInviteEvent, CallSignalEvent, CallSignalKind } from '../../src/protocol/ops.js';
 import { CALL_SIGNAL_KINDS, MAX_CALL_PAYLOAD } from '../../src/protocol/ops.js';
 import type { CallPush } from '../../src/server/calls/service.js';
 import { CALL_LIMITS } from '../../src/server/calls/service.js';
@@ -71,6 +73,24 @@ function recordingPush(): CallPush & { calls: string[] } {
 const expected = (fromLogin: string, kinds: readonly string[]): string[] =>
   kinds.map((k) => `${k}:${fromLogin}:${k === 'invite' ? b64('offer call-1') : b64(k)}`);
 
+/**
+ * Alice (session a) rings bob, bob (session b) sends every signal kind back (answers, trickles ICE, …),
+ * then alice every kind; each reaches two sessions of the other side, as the answers count.
+ */
+async function playCall(a: RawClient, b: RawClient): Promise<void> {
+  const rang = await invite(a, 'bob', 'call-1');
+  assert.deepEqual(rang.ok && rang.payload, { deliveredWsSessions: 2, deliveredWebPushSessions: 0 });
+  for (const [from, toLogin] of [
+    [b, 'alice'],
+    [a, 'bob'],
+  ] as const) {
+    for (const kind of CALL_SIGNAL_KINDS) {
+      const sent = await signal(from, toLogin, 'call-1', kind);
+      assert.deepEqual(sent.ok && sent.payload, { deliveredWsSessions: 2 }, `${kind} reached ${toLogin}'s sessions`);
+    }
+  }
+}
+
 describe('calls (SPEC §5.6)', { concurrency: true }, () => {
   it('one server: an invite rings every session of the callee; every signal kind reaches the other side; the sender’s other sessions see answer, reject and hangup; the sending session no echo', async () => {
     await using net = await startNetwork({ servers: [server('alpha')] });
@@ -82,25 +102,7 @@ describe('calls (SPEC §5.6)', { concurrency: true }, () => {
     await using b1 = await connectUser(wsUrl, bob, 'laptop');
     await using b2 = await connectUser(wsUrl, bob, 'phone');
 
-    const rang = await invite(a1, 'bob', 'call-1');
-    assert.deepEqual(rang.ok && rang.payload, { deliveredWsSessions: 2, deliveredWebPushSessions: 0 });
-    // The callee answers, trickles ICE, and so on through every kind; then the caller does the same.
-    for (const kind of CALL_SIGNAL_KINDS) {
-      const sent = await signal(b1, 'alice', 'call-1', kind);
-      assert.deepEqual(
-        sent.ok && sent.payload,
-        { deliveredWsSessions: 2 },
-        `bob's ${kind} reached alice's two sessions`,
-      );
-    }
-    for (const kind of CALL_SIGNAL_KINDS) {
-      const sent = await signal(a1, 'bob', 'call-1', kind);
-      assert.deepEqual(
-        sent.ok && sent.payload,
-        { deliveredWsSessions: 2 },
-        `alice's ${kind} reached bob's two sessions`,
-      );
-    }
+    await playCall(a1, b1);
     // Barriers: one last event for each session, sent after everything above.
     await signal(b2, 'alice', 'barrier', 'ice');
     await signal(a2, 'bob', 'barrier', 'ice');
@@ -140,16 +142,7 @@ describe('calls (SPEC §5.6)', { concurrency: true }, () => {
     await using b1 = await connectUser(beta1.wsUrl, bob, 'laptop');
     await using b2 = await connectUser(beta2.wsUrl, bob, 'phone');
 
-    const rang = await invite(a1, 'bob', 'call-1');
-    assert.deepEqual(rang.ok && rang.payload, { deliveredWsSessions: 2, deliveredWebPushSessions: 0 });
-    for (const kind of CALL_SIGNAL_KINDS) {
-      const sent = await signal(b1, 'alice', 'call-1', kind);
-      assert.deepEqual(sent.ok && sent.payload, { deliveredWsSessions: 2 }, `bob's ${kind} reached alice on alpha`);
-    }
-    for (const kind of CALL_SIGNAL_KINDS) {
-      const sent = await signal(a1, 'bob', 'call-1', kind);
-      assert.deepEqual(sent.ok && sent.payload, { deliveredWsSessions: 2 }, `alice's ${kind} reached bob on both`);
-    }
+    await playCall(a1, b1);
     // The echo of bob's signals to his phone on beta2 is not waited for by the answer: wait for it here,
     // then for a barrier echo sent after them all over the same path.
     await signal(b1, 'alice', 'barrier', 'hangup');
@@ -346,5 +339,28 @@ describe('calls (SPEC §5.6)', { concurrency: true }, () => {
     await waitForCallEvents(b, 'call-0', 1 + 1 + 600 + 1);
     assert.equal(callLog(b, 'call-0').filter((e) => e.startsWith('hangup:')).length, 1);
     await assertSessionWorks(a);
+  });
+
+  it('SDK: callInvite and callSignal, with the CallInvite and CallSignal events typed', async () => {
+    await using net = await startNetwork({ servers: [server('alpha')] });
+    const { wsUrl } = net.servers[0]!;
+    const [alice, bob] = [createIdentity('alice'), createIdentity('bob')];
+    await using ca = await ShineClient.connect(wsUrl, { WebSocket: WebSocket as never });
+    await using cb = await ShineClient.connect(wsUrl, { WebSocket: WebSocket as never });
+    await ca.register(makeProfile(alice, ['alpha'], 1, Date.now()));
+    await cb.register(makeProfile(bob, ['alpha'], 1, Date.now()));
+    await ca.login(alice, 'laptop');
+    await cb.login(bob, 'phone');
+    const rung = new Promise<CallInviteEvent>((resolve) => cb.on('CallInvite', resolve));
+    const answered = new Promise<CallSignalEvent>((resolve) => ca.on('CallSignal', resolve));
+
+    assert.deepEqual(await ca.callInvite('bob', 'sdk-call', b64('offer')), {
+      deliveredWsSessions: 1,
+      deliveredWebPushSessions: 0,
+    });
+    assert.deepEqual(await rung, { fromLogin: 'alice', callId: 'sdk-call', payloadB64: b64('offer') });
+    assert.deepEqual(await cb.callSignal('alice', 'sdk-call', 'answer', b64('sdp')), { deliveredWsSessions: 1 });
+    assert.deepEqual(await answered, { fromLogin: 'bob', callId: 'sdk-call', kind: 'answer', payloadB64: b64('sdp') });
+    await assert.rejects(ca.callSignal('bob', 'sdk-call', 'hangup', '%%%%'), { code: 'BAD_FIELDS', status: 400 });
   });
 });
