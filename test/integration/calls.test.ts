@@ -227,6 +227,10 @@ describe('calls (SPEC §5.6)', { concurrency: true }, () => {
       assertError(await ring({ toLogin: 'nobody' }), 403, 'LOCAL_SERVER_NOT_ACCESS_SERVER');
       // The session is gamma's: a claim to be another server is refused.
       assertError(await ring({ sourceServerLogin: 'alpha' }), 403, 'SOURCE_MISMATCH');
+      // Fields and size as for the client ops.
+      assertError(await ring({ kind: 'ring' }), 400, 'BAD_FIELDS');
+      assertError(await ring({ callId: '' }), 400, 'BAD_FIELDS');
+      assertError(await ring({ payloadB64: Buffer.alloc(MAX_CALL_PAYLOAD + 1).toString('base64') }), 413, 'TOO_LARGE');
       // Not a server session at all.
       assertError(
         await b.request('ReceiveCallSignal', {
