@@ -15,6 +15,10 @@ import type { ErrorCode } from '../protocol/errors.js';
 import type { ServerDescriptor, UserProfile } from '../protocol/identity.js';
 import { authSigningText, signText, verifyDescriptor, verifyProfile } from '../protocol/identity.js';
 import type {
+  CallDelivery,
+  CallInviteEvent,
+  CallSignalEvent,
+  CallSignalKind,
   DeliveryStateChangedEvent,
   DirectMessageEvent,
   HistoryItem,
@@ -68,6 +72,8 @@ export class ShineClientError extends Error {
 export interface KnownEvents {
   DirectMessage: DirectMessageEvent;
   DmDeliveryStateChanged: DeliveryStateChangedEvent;
+  CallInvite: CallInviteEvent;
+  CallSignal: CallSignalEvent;
 }
 export type EventPayload<K extends string> = K extends keyof KnownEvents ? KnownEvents[K] : unknown;
 
@@ -407,6 +413,16 @@ export class ShineClient {
         updatedAtMs: item.updatedAtMs,
       };
     });
+  }
+
+  /** Rings a user's devices (SPEC §5.6); payloadB64 is opaque to the servers (encrypt the SDP offer). */
+  callInvite(toLogin: string, callId: string, payloadB64: string): Promise<CallDelivery> {
+    return this.request('CallInviteBroadcast', { toLogin, callId, payloadB64 });
+  }
+
+  /** Sends a call signal (answer, ice, reject, busy, hangup, cancel) to the other side of a call. */
+  callSignal(toLogin: string, callId: string, kind: CallSignalKind, payloadB64 = ''): Promise<OpAnswer<'CallSignal'>> {
+    return this.request('CallSignal', { toLogin, callId, kind, payloadB64 });
   }
 
   /** Closes the socket and waits until it is closed. */

@@ -1,5 +1,5 @@
 /** Blobs as they arrive in payloads (base64 containers): size checks and decoding with the SPEC's codes (§5.2). */
-import { fromBase64 } from './bytes.js';
+import { base64DecodedLength, fromBase64 } from './bytes.js';
 import type { Container } from './container.js';
 import { ContainerError, MAX_CONTAINER, decodeContainer } from './container.js';
 import { ShineError } from './errors.js';
@@ -8,8 +8,8 @@ import { ShineError } from './errors.js';
 export function checkBlobSize(b64: string): void {
   // The decoded size read off the text, padding included: 87 724 characters without '=' are 65 793
   // bytes, which must be TOO_LARGE before either blob is decoded (SPEC §5.2 order).
-  const bytes = Math.ceil(b64.length / 4) * 3 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0);
-  if (bytes > MAX_CONTAINER) throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
+  if (base64DecodedLength(b64) > MAX_CONTAINER)
+    throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
 }
 
 /** Base64 → container, with the SPEC's codes for each failure. */

@@ -54,6 +54,11 @@ export function fromBase64(text: string): Uint8Array | null {
   return portableFromBase64(text);
 }
 
+/** The byte length a base64 text decodes to, read off its length and padding without decoding it. */
+export function base64DecodedLength(text: string): number {
+  return Math.ceil(text.length / 4) * 3 - (text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0);
+}
+
 /** fromBase64 without Node's Buffer (what browsers run). */
 export function portableFromBase64(text: string): Uint8Array | null {
   if (text.length % 4 !== 0) return null;

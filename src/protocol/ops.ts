@@ -22,6 +22,18 @@ const profile = z.object({
 /** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
 const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
 
+/** Call ids (SPEC §5.6): 1..64 of [A-Za-z0-9_-], like a deviceId. */
+export const CALL_ID_RE = DEVICE_ID_RE;
+/** The largest call payload, decoded (SPEC §5.6). */
+export const MAX_CALL_PAYLOAD = 16 * 1024;
+/** What a client may send with CallSignal; `invite` travels between servers only. */
+export const CALL_SIGNAL_KINDS = ['answer', 'ice', 'reject', 'busy', 'hangup', 'cancel'] as const;
+export type CallSignalKind = (typeof CALL_SIGNAL_KINDS)[number];
+export type CallKind = 'invite' | CallSignalKind;
+
+/** A call's common fields. The payload's size is the handler's to check: too long is 413 TOO_LARGE, not 400. */
+const call = z.object({ toLogin: login, callId: z.string().regex(CALL_ID_RE), payloadB64: z.string() });
+
 /** The fields both sync protocols share (SPEC §7); each adds its own cursor key. */
 const syncBatch = z.object({
   ownerLogin: z.string().max(64).optional(),
@@ -61,6 +73,8 @@ export const opSchemas = {
   }),
   DeletePushToken: z.object({ endpoint: z.string().min(1).max(4096) }),
   SendTestWebPush: z.object({}),
+  CallInviteBroadcast: call,
+  CallSignal: call.extend({ kind: z.enum(CALL_SIGNAL_KINDS) }),
 
   // server operations (SPEC §5.1, §5.4)
   ServerAuth: z.object({
@@ -80,6 +94,11 @@ export const opSchemas = {
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
     sourceServerLogin: z.string().max(64).optional(),
   }),
+  ReceiveCallSignal: call.extend({
+    fromLogin: login,
+    kind: z.enum(['invite', ...CALL_SIGNAL_KINDS]),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
   DmSyncBatch: syncBatch.extend({ afterMessageKey: z.string().max(256).optional() }),
   UserSettingsSyncBatch: syncBatch.extend({ afterKey: z.string().max(128).optional() }),
   MarkAllUserSettingsUnsynced: z.object({
@@ -96,6 +115,8 @@ export type OpPayload<K extends OpName> = z.infer<(typeof opSchemas)[K]>;
 const num = z.number();
 const deliveryState = z.enum(['accepted', 'delivered', 'failed']);
 export type DeliveryState = z.infer<typeof deliveryState>;
+
+const callDelivery = z.object({ deliveredWsSessions: num, deliveredWebPushSessions: num });
 
 const pairAnswer = z.object({
   messageKey: z.string(),
@@ -157,6 +178,9 @@ export const opAnswerSchemas = {
   UpsertPushToken: z.object({ stored: z.literal(true) }),
   DeletePushToken: z.object({ deleted: num }),
   SendTestWebPush: z.object({ sent: num, failed: num }),
+  CallInviteBroadcast: callDelivery,
+  CallSignal: z.object({ deliveredWsSessions: num }),
+  ReceiveCallSignal: callDelivery,
   ServerAuth: z.object({ serverLogin: z.string(), targetServerLogin: z.string() }),
   ReceiveIncomingMessage: z.object({
     messageKey: z.string(),
@@ -204,6 +228,20 @@ export function answerSchema<K extends OpName>(op: K): z.ZodType<OpAnswer<K>> {
 
 /** Every op's answer type by name (SDK convenience; derived, never written by hand). */
 export type OpResults = { [K in OpName]: OpAnswer<K> };
+/** Sessions and pushes a call invite or signal reached (SPEC §5.6). */
+export type CallDelivery = OpAnswer<'CallInviteBroadcast'>;
+
+/** The CallInvite event (SPEC §5.3, §5.6). */
+export interface CallInviteEvent {
+  fromLogin: string;
+  callId: string;
+  payloadB64: string;
+}
+
+/** The CallSignal event (SPEC §5.3, §5.6). */
+export interface CallSignalEvent extends CallInviteEvent {
+  kind: CallSignalKind;
+}
 
 /** The DirectMessage event (SPEC §5.3). */
 export interface DirectMessageEvent extends CopyFields {

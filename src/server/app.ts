@@ -28,6 +28,9 @@ import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
 import { registerFederationOps } from './api/federation.js';
 import { registerReplicationOps } from './api/replication.js';
+import type { CallPush } from './calls/service.js';
+import { CallService } from './calls/service.js';
+import { registerCallOps } from './api/calls.js';
 import { DeliveryEngine } from './delivery/engine.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
@@ -55,6 +58,8 @@ export interface RunningServer extends AsyncDisposable {
 export interface ServerDeps {
   clock?: Clock;
   log?: Logger;
+  /** The `call` push to a callee's devices without a session (default: WebPush); tests may pass their own. */
+  callPush?: CallPush;
 }
 
 /** Resolves the config, opens and migrates the store, loads the key, listens and serves. */
@@ -140,6 +145,16 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       metrics,
       background,
     });
+    const calls = new CallService({
+      config,
+      clock,
+      hub,
+      directory,
+      peers,
+      push: deps.callPush ?? push,
+      log,
+      sourceOf: (session, source) => federation.sourceOf(session, source),
+    });
     const registry = new OpRegistry();
     registerAuthOps(registry, {
       config,
@@ -158,6 +173,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     registerFederationOps(registry, federation);
     registerReplicationOps(registry, replication);
     registerPushOps(registry, push);
+    registerCallOps(registry, calls);
     const adminRoutes = [...adminApi({ store, replication }), ...pushAdminRoutes(push)];
     const ctx: AppContext = {
       config,

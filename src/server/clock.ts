@@ -65,3 +65,20 @@ export class ManualClock implements Clock {
     this.current = ms;
   }
 }
+
+/** The promise's value, or null when ms of the clock pass first (or when it rejects). */
+export function raceTimer<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T | null> {
+  return new Promise((resolve) => {
+    const timer = clock.setTimer(ms, () => resolve(null));
+    p.then(
+      (v) => {
+        timer.cancel();
+        resolve(v);
+      },
+      () => {
+        timer.cancel();
+        resolve(null);
+      },
+    );
+  });
+}

@@ -5,7 +5,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { RunningServer } from '../../src/server/app.js';
+import type { RunningServer, ServerDeps } from '../../src/server/app.js';
+import type { CallPush } from '../../src/server/calls/service.js';
 import { startServer } from '../../src/server/app.js';
 import type { Clock } from '../../src/server/clock.js';
 import type { ConfigInput } from '../../src/server/config/config.js';
@@ -17,6 +18,8 @@ export interface NetworkServerSpec extends ConfigInput {
   /** Overrides the network's clock for this server. */
   clock?: Clock;
   log?: Logger;
+  /** The server's `call` push (SPEC §5.6), to watch which callees it would wake. */
+  callPush?: CallPush;
 }
 
 export interface NetworkOptions {
@@ -49,15 +52,15 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
   const servers: RunningServer[] = [];
   const running = new Set<number>();
   const dirs: string[] = [];
-  const inputs: { input: ConfigInput; clock: Clock | undefined; log: Logger | undefined }[] = [];
+  const inputs: { input: ConfigInput; deps: ServerDeps }[] = [];
   let closing: Promise<void> | null = null;
   const stop = async (i: number): Promise<void> => {
     if (!running.delete(i)) return;
     await servers[i]!.close();
   };
   const start = async (i: number): Promise<RunningServer> => {
-    const { input, clock, log } = inputs[i]!;
-    const server = await startServer(input, { clock, log });
+    const { input, deps } = inputs[i]!;
+    const server = await startServer(input, deps);
     servers[i] = server;
     running.add(i);
     // A port-0 server keeps the port it got, so a restart is reachable where it was.
@@ -74,7 +77,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     const ports = await Promise.all(opts.servers.map(() => restartablePort()));
     const logins = opts.servers.map((spec, i) => spec.serverLogin ?? `server${i + 1}`);
     for (const [i, spec] of opts.servers.entries()) {
-      const { clock = opts.clock, log, ...rest } = spec;
+      const { clock = opts.clock, log, callPush, ...rest } = spec;
       const dataDir = await mkdtemp(join(tmpdir(), 'shine-test-'));
       dirs.push(dataDir);
       const peers = opts.federate
@@ -92,7 +95,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
         ...(peers ? { peers } : {}),
         ...rest,
       };
-      inputs.push({ input, clock, log });
+      inputs.push({ input, deps: { clock, log, callPush } });
       await start(i);
     }
   } catch (err) {

@@ -9,6 +9,7 @@ import { ShineError } from '../../protocol/errors.js';
 import type { DirectMessageEvent, OpAnswer, OpPayload, PairAnswer } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
+import { raceTimer } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
@@ -303,23 +304,6 @@ export class DmService {
 
 function directMessageEvent({ blob, ...fields }: StoredCopy): DirectMessageEvent {
   return { ...fields, blobB64: toBase64(blob) };
-}
-
-/** The promise's value, or null when ms of the clock pass first. */
-function raceTimer<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T | null> {
-  return new Promise((resolve) => {
-    const timer = clock.setTimer(ms, () => resolve(null));
-    p.then(
-      (v) => {
-        timer.cancel();
-        resolve(v);
-      },
-      () => {
-        timer.cancel();
-        resolve(null);
-      },
-    );
-  });
 }
 
 const isNew = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';

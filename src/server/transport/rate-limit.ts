@@ -1,4 +1,4 @@
-/** Per-connection token bucket on the injected clock. */
+/** Token buckets on the injected clock: per connection, and per key (calls per login). */
 import type { Clock } from '../clock.js';
 import type { RateLimitConfig } from '../config/config.js';
 
@@ -26,5 +26,47 @@ export class TokenBucket {
     if (this.tokens < 1) return false;
     this.tokens -= 1;
     return true;
+  }
+
+  /** How long the bucket has not been used at time now. */
+  idleMs(now: number): number {
+    return now - this.lastMs;
+  }
+}
+
+/** One token bucket per key (a login, an address), made on first use and forgotten once full again. */
+export class KeyedTokenBuckets {
+  private readonly buckets = new Map<string, TokenBucket>();
+  private sweepAtMs: number;
+
+  constructor(
+    private readonly limit: RateLimitConfig,
+    private readonly clock: Clock,
+  ) {
+    this.sweepAtMs = clock.now() + this.refillMs();
+  }
+
+  /** Takes one token of key's bucket; false when it is empty. */
+  take(key: string): boolean {
+    this.sweep();
+    let bucket = this.buckets.get(key);
+    if (!bucket) this.buckets.set(key, (bucket = new TokenBucket(this.limit, this.clock)));
+    return bucket.take();
+  }
+
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  /** A bucket untouched for a whole refill is full: dropping it changes no answer and bounds the map. */
+  private sweep(): void {
+    const now = this.clock.now();
+    if (now < this.sweepAtMs) return;
+    this.sweepAtMs = now + this.refillMs();
+    for (const [key, bucket] of this.buckets) if (bucket.idleMs(now) >= this.refillMs()) this.buckets.delete(key);
+  }
+
+  private refillMs(): number {
+    return (this.limit.burst / this.limit.perSecond) * 1000;
   }
 }
