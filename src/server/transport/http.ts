@@ -3,6 +3,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
 import type { AppContext } from '../context.js';
+import { serveWebFile } from './static.js';
 
 /** A route under /admin or /debug; only reached with the admin token. Answers JSON. */
 export interface AdminRoute {
@@ -61,10 +62,16 @@ async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse)
     },
     '/.well-known/shine-server': () => sendJson(res, 200, ctx.directory.selfDescriptor()),
     '/metrics': () => send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', ctx.metrics.render()),
-    // The web client is served here once it exists.
+    // Reached only while the web client is not built.
     '/': () =>
-      send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),
+      send(
+        res,
+        200,
+        'text/plain; charset=utf-8',
+        `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\nWeb client not built: run npm run build\n`,
+      ),
   };
+  if (method === 'GET' && (path === '/' || !(path in simple)) && (await serveWebFile(req, res, path))) return;
   const handler = simple[path];
   if (!handler) return sendJson(res, 404, { error: 'not found' });
   if (method !== 'GET') return sendJson(res, 405, { error: 'method not allowed' }, { allow: 'GET, HEAD' });
