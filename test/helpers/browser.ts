@@ -6,7 +6,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe } from 'node:test';
-import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
+import type { Browser, BrowserContext, BrowserContextOptions, Locator, Page } from 'playwright-core';
 import { chromium } from 'playwright-core';
 import type { NetworkServerSpec, TestNetwork } from './network.js';
 import { startNetwork } from './network.js';
@@ -143,4 +143,53 @@ export async function openConversation(page: Page, peer: string): Promise<void> 
     .getByRole('button')
     .click();
   await page.getByRole('heading', { name: peer, exact: true }).waitFor();
+}
+
+/** What a two-user browser test works with; see aliceAndBob. */
+export interface AliceAndBob {
+  net: TestNetwork;
+  /** alice's page on alpha and bob's on beta, both with an identity already created. */
+  alice: Page;
+  bob: Page;
+  /** Another fresh browser (context) on a server: a second device. */
+  freshPage(url: string): Promise<Page>;
+  urlA: string;
+  shot: (page: Page, step: string) => Promise<void>;
+}
+
+/**
+ * Starts alpha and beta (with `servers` settings), opens alice's page on alpha and bob's on beta,
+ * creates both identities (keyboard only), runs the test, and then checks that no page requested
+ * anything from another origin or threw; everything is closed whatever happens.
+ */
+export async function aliceAndBob(
+  browser: Browser,
+  name: string,
+  options: { servers?: NetworkServerSpec; context?: BrowserContextOptions },
+  test: (u: AliceAndBob) => Promise<void>,
+): Promise<void> {
+  const { net, urlA, urlB } = await twoServers(options.servers);
+  const contexts: BrowserContext[] = [];
+  const problems: string[][] = [];
+  const shot = screenshotter(name);
+  const freshPage = async (url: string): Promise<Page> => {
+    const context = await browser.newContext({ acceptDownloads: true, ...options.context });
+    contexts.push(context);
+    const opened = await openClient(context, url);
+    problems.push(opened.problems);
+    return opened.page;
+  };
+  try {
+    const alice = await freshPage(urlA);
+    const bob = await freshPage(urlB);
+    await shot(alice, 'alice-welcome');
+    await createIdentity(alice, 'alice');
+    await createIdentity(bob, 'bob');
+    await test({ net, alice, bob, freshPage, urlA, shot });
+    const seen = problems.flat();
+    if (seen.length > 0) throw new Error(`the client misbehaved:\n${seen.join('\n')}`);
+  } finally {
+    for (const c of contexts) await c.close();
+    await net.close();
+  }
 }

@@ -2,29 +2,18 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import {
+  aliceAndBob,
   browserSuite,
-  createIdentity,
   messageWith,
   messagesOf,
-  openClient,
   openConversation,
-  screenshotter,
   send,
   startChat,
-  twoServers,
 } from '../helpers/browser.js';
 
 browserSuite('web client (c)', (browser) => {
-  it('(c) edit and delete reach the other side; deleting the conversation empties both', async () => {
-    const { net, urlA, urlB } = await twoServers();
-    const shot = screenshotter('c-edit-delete');
-    const ctxA = await browser().newContext();
-    const ctxB = await browser().newContext();
-    try {
-      const { page: alice } = await openClient(ctxA, urlA);
-      const { page: bob } = await openClient(ctxB, urlB);
-      await createIdentity(alice, 'alice');
-      await createIdentity(bob, 'bob');
+  it('edit and delete reach the other side; deleting the conversation empties both', () =>
+    aliceAndBob(browser(), 'c-edit-delete', {}, async ({ alice, bob, shot }) => {
       await startChat(alice, 'bob');
       await send(alice, 'Lunch at noon?');
       await send(alice, 'Wrong chat, ignore');
@@ -56,10 +45,5 @@ browserSuite('web client (c)', (browser) => {
       await startChat(alice, 'bob');
       await alice.getByText('No messages yet').waitFor();
       assert.equal(await messagesOf(alice).getByRole('listitem').count(), 0);
-    } finally {
-      await ctxA.close();
-      await ctxB.close();
-      await net.close();
-    }
-  });
+    }));
 });

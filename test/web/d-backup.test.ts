@@ -2,30 +2,11 @@
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { it } from 'node:test';
-import {
-  browserSuite,
-  createIdentity,
-  messageWith,
-  openClient,
-  openConversation,
-  screenshotter,
-  send,
-  startChat,
-  twoServers,
-} from '../helpers/browser.js';
+import { aliceAndBob, browserSuite, messageWith, openConversation, send, startChat } from '../helpers/browser.js';
 
 browserSuite('web client (d)', (browser) => {
-  it('(d) a reload keeps the identity; a backup imported in a fresh browser is a second device', async () => {
-    const { net, urlA, urlB } = await twoServers();
-    const shot = screenshotter('d-backup');
-    const ctxA = await browser().newContext({ acceptDownloads: true });
-    const ctxB = await browser().newContext();
-    const ctxA2 = await browser().newContext();
-    try {
-      const { page: alice } = await openClient(ctxA, urlA);
-      const { page: bob } = await openClient(ctxB, urlB);
-      await createIdentity(alice, 'alice');
-      await createIdentity(bob, 'bob');
+  it('a reload keeps the identity; a backup imported in a fresh browser is a second device', () =>
+    aliceAndBob(browser(), 'd-backup', {}, async ({ alice, bob, freshPage, urlA, shot }) => {
       await startChat(alice, 'bob');
       await send(alice, 'Keep this one');
 
@@ -46,7 +27,7 @@ browserSuite('web client (d)', (browser) => {
       assert.equal(backup.format, 'shine-backup-v1');
       assert.equal(JSON.stringify(backup).includes('signSeed'), false, 'the keys are encrypted');
 
-      const { page: alice2, problems } = await openClient(ctxA2, urlA);
+      const alice2 = await freshPage(urlA);
       await alice2.getByLabel('Backup file', { exact: true }).setInputFiles(backupPath);
       await alice2.getByLabel('Passphrase', { exact: true }).fill('wrong passphrase');
       await alice2.getByRole('button', { name: 'Import backup', exact: true }).click();
@@ -62,12 +43,5 @@ browserSuite('web client (d)', (browser) => {
       await send(bob, 'Got it, both of you');
       await messageWith(alice, 'Got it, both of you').waitFor();
       await messageWith(alice2, 'Got it, both of you').waitFor();
-      assert.deepEqual(problems, []);
-    } finally {
-      await ctxA.close();
-      await ctxA2.close();
-      await ctxB.close();
-      await net.close();
-    }
-  });
+    }));
 });

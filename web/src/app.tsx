@@ -29,6 +29,24 @@ export function App() {
   return <Home account={account} />;
 }
 
+/** A form's action: busy while it runs, and its failure as a message a person can read. */
+function useAction(initialError: string | null = null) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(initialError);
+  const run = async (action: () => Promise<void>) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await action();
+    } catch (err) {
+      setError(describeError(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, setError, run };
+}
+
 /** Subscribes a component to the messenger's state. */
 function useMessengerState(m: Messenger): MessengerState {
   const [state, setState] = useState(m.state);
@@ -43,18 +61,8 @@ function Welcome(props: { initialError: string | null; onReady: (a: Account) => 
   const [login, setLogin] = useState('');
   const [file, setFile] = useState<File | null>(null);
   const [passphrase, setPassphrase] = useState('');
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState(props.initialError);
-  const attempt = async (make: () => Promise<Account>) => {
-    setBusy(true);
-    setError(null);
-    try {
-      await props.onReady(await make());
-    } catch (err) {
-      setError(describeError(err));
-      setBusy(false);
-    }
-  };
+  const { busy, error, setError, run } = useAction(props.initialError);
+  const attempt = (make: () => Promise<Account>) => run(async () => props.onReady(await make()));
   return (
     <main class="welcome">
       <h1>SHiNE</h1>
@@ -68,15 +76,7 @@ function Welcome(props: { initialError: string | null; onReady: (a: Account) => 
       >
         <h2>New identity</h2>
         <label for="login">Login</label>
-        <input
-          id="login"
-          autocomplete="username"
-          autocapitalize="none"
-          spellcheck={false}
-          value={login}
-          onInput={(e) => setLogin(e.currentTarget.value)}
-          required
-        />
+        <LoginInput id="login" autocomplete="username" value={login} onValue={setLogin} />
         <button type="submit" disabled={busy}>
           Create identity
         </button>
@@ -171,6 +171,28 @@ function Home({ account }: { account: Account }) {
   );
 }
 
+/** A textbox for a login: no capitals, no spell check. */
+function LoginInput(props: {
+  id: string;
+  value: string;
+  onValue: (value: string) => void;
+  autocomplete?: string;
+  placeholder?: string;
+}) {
+  return (
+    <input
+      id={props.id}
+      autocomplete={props.autocomplete ?? 'off'}
+      autocapitalize="none"
+      spellcheck={false}
+      placeholder={props.placeholder}
+      value={props.value}
+      onInput={(e) => props.onValue(e.currentTarget.value)}
+      required
+    />
+  );
+}
+
 function NewChat({ messenger }: { messenger: Messenger }) {
   const [login, setLogin] = useState('');
   const [busy, setBusy] = useState(false);
@@ -186,15 +208,7 @@ function NewChat({ messenger }: { messenger: Messenger }) {
     >
       <label for="new-chat">New chat with</label>
       <div class="row">
-        <input
-          id="new-chat"
-          autocapitalize="none"
-          spellcheck={false}
-          placeholder="login"
-          value={login}
-          onInput={(e) => setLogin(e.currentTarget.value)}
-          required
-        />
+        <LoginInput id="new-chat" placeholder="login" value={login} onValue={setLogin} />
         <button type="submit" disabled={busy}>
           Start chat
         </button>
@@ -239,8 +253,7 @@ function ConversationList({ messenger, state }: { messenger: Messenger; state: M
 
 function BackupDialog({ account, onClose }: { account: Account; onClose: () => void }) {
   const [passphrase, setPassphrase] = useState('');
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => e.key === 'Escape' && onClose();
     addEventListener('keydown', onKey);
@@ -250,10 +263,9 @@ function BackupDialog({ account, onClose }: { account: Account; onClose: () => v
     <div class="overlay" role="dialog" aria-modal="true" aria-label="Back up identity">
       <form
         class="card dialog"
-        onSubmit={async (e) => {
+        onSubmit={(e) => {
           e.preventDefault();
-          setBusy(true);
-          try {
+          void run(async () => {
             const text = await exportBackup(account, passphrase);
             const a = document.createElement('a');
             a.href = URL.createObjectURL(new Blob([text], { type: 'application/json' }));
@@ -261,10 +273,7 @@ function BackupDialog({ account, onClose }: { account: Account; onClose: () => v
             a.click();
             URL.revokeObjectURL(a.href);
             onClose();
-          } catch (err) {
-            setError(describeError(err));
-            setBusy(false);
-          }
+          });
         }}
       >
         <h2>Back up identity</h2>

@@ -199,12 +199,13 @@ export class Messenger {
 
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => ((this.wake = null), resolve()), ms);
-      this.wake = () => {
+      const done = () => {
         clearTimeout(timer);
         this.wake = null;
         resolve();
       };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
     });
   }
 
