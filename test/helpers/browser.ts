@@ -3,7 +3,7 @@
  * downloaded by Playwright), the client built into dist/web when its sources changed, and screenshots
  * of each step under .tmp/screens (git-ignored).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe } from 'node:test';
 import type { Browser, BrowserContext, BrowserContextOptions, Locator, Page } from 'playwright-core';
@@ -69,6 +69,7 @@ export async function twoServers(
 /** Saves numbered screenshots of one test under .tmp/screens/<name>/. */
 export function screenshotter(name: string): (page: Page, step: string) => Promise<void> {
   const dir = join(ROOT, '.tmp', 'screens', name);
+  rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   let n = 0;
   return async (page, step) => {
