@@ -23,6 +23,11 @@ if (files.length === 0) {
   console.error('no test files matched');
   process.exit(1);
 }
+// The browser tests serve the built client: build it once here, before test files run in parallel.
+if (files.some((f) => f.startsWith(join('test', 'web')))) {
+  const b = spawnSync(process.execPath, ['--import', 'tsx', 'test/helpers/web-build.ts'], { stdio: 'inherit' });
+  if (b.status !== 0) process.exit(b.status ?? 1);
+}
 const r = spawnSync(
   process.execPath,
   ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=120000', ...files],

@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
 import type { AppContext } from '../context.js';
 import { METRICS_CONTENT_TYPE } from '../metrics.js';
+import { serveWebFile } from './static.js';
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -54,10 +55,16 @@ async function route(ctx: AppContext, req: IncomingMessage, res: ServerResponse)
     },
     '/.well-known/shine-server': () => sendJson(res, 200, ctx.directory.selfDescriptor()),
     '/metrics': async () => send(res, 200, METRICS_CONTENT_TYPE, await ctx.metrics.render()),
-    // The web client is served here once it exists.
+    // Reached only while the web client is not built.
     '/': () =>
-      send(res, 200, 'text/plain; charset=utf-8', `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\n`),
+      send(
+        res,
+        200,
+        'text/plain; charset=utf-8',
+        `SHiNE server ${ctx.config.serverLogin}\nWebSocket endpoint: /ws\nWeb client not built: run npm run build\n`,
+      ),
   };
+  if (method === 'GET' && (path === '/' || !(path in simple)) && (await serveWebFile(req, res, path))) return;
   const handler = simple[path];
   if (!handler) return sendJson(res, 404, { error: 'not found' });
   if (method !== 'GET') return sendJson(res, 405, { error: 'method not allowed' }, { allow: 'GET, HEAD' });

@@ -1,0 +1,439 @@
+/**
+ * The signed-in client: one SDK connection kept alive (reconnect with back-off, replay of missed events
+ * by the server on login), the conversations list, the open chat, and the actions the screens call.
+ */
+import type {
+  DeliveryStateChangedEvent,
+  DirectMessageEvent,
+  HistoryPage,
+  SentPair,
+  UserProfile,
+} from '../../src/client/index.js';
+import {
+  ShineClient,
+  ShineClientError,
+  createIdentity,
+  fetchServerDescriptor,
+  makeProfile,
+} from '../../src/client/index.js';
+import { isValidLogin } from '../../src/protocol/login.js';
+import type { ChatMessage } from './chat.js';
+import { ChatLog, fromHistory, parseBaseKey } from './chat.js';
+import type { Account } from './vault.js';
+import { newDeviceId } from './vault.js';
+
+export type ConnectionStatus = 'connecting' | 'online' | 'offline';
+
+export interface Conversation {
+  peerLogin: string;
+  lastTimeMs: number;
+  unreadCount: number;
+}
+
+export interface OpenChat {
+  peer: string;
+  log: ChatLog;
+  hasMore: boolean;
+  next: HistoryPage['next'];
+  loadingOlder: boolean;
+  /** Grows with every change of log, so views keyed on it re-render. */
+  version: number;
+}
+
+export interface MessengerState {
+  status: ConnectionStatus;
+  conversations: Conversation[];
+  chat: OpenChat | null;
+  /** The last failure a person should see; cleared by the next success. */
+  notice: string | null;
+}
+
+/** Messages per history page (the first one and each one loaded while scrolling up). */
+export const PAGE_SIZE = 30;
+
+/** Waits between reconnect attempts: quick at first (a server restart), then every 10 s at most. */
+const RECONNECT_DELAYS_MS = [250, 1_000, 2_000, 5_000, 10_000];
+export const reconnectDelay = (failures: number): number =>
+  RECONNECT_DELAYS_MS[Math.min(failures, RECONNECT_DELAYS_MS.length) - 1] ?? 0;
+
+/** The WebSocket endpoint of the server that served this page. */
+export function serverWsUrl(loc: Pick<Location, 'protocol' | 'host'> = location): string {
+  return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}/ws`;
+}
+
+/** What a failed request means for a person. */
+export function describeError(err: unknown): string {
+  if (err instanceof ShineClientError) {
+    switch (err.code) {
+      case 'CLOSED':
+      case 'TIMEOUT':
+      case 'NOT_LOGGED_IN':
+        return 'You are offline. Try again once reconnected.';
+      case 'USER_NOT_FOUND':
+        return 'No such user.';
+      case 'PROFILE_CONFLICT':
+        return 'This login is already taken.';
+      case 'RATE_LIMITED':
+      case 'OVERLOADED':
+        return 'The server is busy. Try again in a moment.';
+      default:
+        return `The server refused: ${err.message}`;
+    }
+  }
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Creates keys for login and registers them on this page's server; the account is not stored yet. */
+export async function createAccount(login: string, wsUrl: string): Promise<Account> {
+  if (!isValidLogin(login)) throw new Error('A login is 3–32 characters: a-z, 0-9, and _ . - after the first.');
+  const identity = createIdentity(login);
+  const descriptor = await fetchServerDescriptor(wsUrl);
+  const profile = makeProfile(identity, [descriptor.serverLogin], 1, Date.now());
+  await withClient(wsUrl, (c) => c.register(profile));
+  return { identity, profile, deviceId: newDeviceId() };
+}
+
+async function withClient<T>(wsUrl: string, fn: (c: ShineClient) => Promise<T>): Promise<T> {
+  const client = await ShineClient.connect(wsUrl);
+  try {
+    return await fn(client);
+  } finally {
+    await client.close();
+  }
+}
+
+/** Logs in; a server that lost the user (or a backup brought to a fresh one) gets the profile again. */
+async function logIn(client: ShineClient, account: Account): Promise<void> {
+  try {
+    await client.login(account.identity, account.deviceId);
+  } catch (err) {
+    if (!(err instanceof ShineClientError && err.code === 'AUTH_FAILED')) throw err;
+    await registerQuietly(client, account.profile);
+    await client.login(account.identity, account.deviceId);
+  }
+}
+
+async function registerQuietly(client: ShineClient, profile: UserProfile): Promise<void> {
+  try {
+    await client.register(profile);
+  } catch (err) {
+    // A newer profile of the same key is already there: that one counts.
+    if (!(err instanceof ShineClientError && err.code === 'PROFILE_CONFLICT')) throw err;
+  }
+}
+
+export class Messenger {
+  state: MessengerState = { status: 'connecting', conversations: [], chat: null, notice: null };
+  readonly login: string;
+  private client: ShineClient | null = null;
+  private readonly listeners = new Set<() => void>();
+  private stopped = false;
+  private wake: (() => void) | null = null;
+  private readonly receiptsSent = new Set<string>();
+  private acks: string[] = [];
+  private refreshTimer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    readonly account: Account,
+    private readonly wsUrl: string,
+  ) {
+    this.login = account.identity.login;
+  }
+
+  subscribe(fn: () => void): () => void {
+    this.listeners.add(fn);
+    return () => void this.listeners.delete(fn);
+  }
+
+  /** Connects and keeps connecting until stop(). */
+  start(): void {
+    addEventListener('online', this.onBrowserOnline);
+    void this.connectLoop();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    removeEventListener('online', this.onBrowserOnline);
+    this.wake?.();
+    void this.client?.close();
+  }
+
+  private readonly onBrowserOnline = () => this.wake?.();
+
+  private set(changes: Partial<MessengerState>): void {
+    this.state = { ...this.state, ...changes };
+    for (const fn of this.listeners) fn();
+  }
+
+  private chatChanged(): void {
+    const chat = this.state.chat;
+    if (chat) this.set({ chat: { ...chat, version: chat.version + 1 } });
+  }
+
+  private async connectLoop(): Promise<void> {
+    let failures = 0;
+    while (!this.stopped) {
+      let client: ShineClient | null = null;
+      try {
+        client = await ShineClient.connect(this.wsUrl);
+        // Listeners first: the server replays missed events right after the AuthLogin answer.
+        client.on('DirectMessage', (ev) => void this.onDirectMessage(ev));
+        client.on('DmDeliveryStateChanged', (ev) => this.onDeliveryState(ev));
+        await logIn(client, this.account);
+        this.client = client;
+        failures = 0;
+        this.set({ status: 'online', notice: null });
+        void this.catchUp();
+        await client.closed;
+      } catch (err) {
+        failures++;
+        if (client) await client.close();
+        if (!(err instanceof ShineClientError && err.code === 'CLOSED')) this.set({ notice: describeError(err) });
+      }
+      this.client = null;
+      if (this.stopped) return;
+      this.set({ status: 'offline' });
+      await this.sleep(reconnectDelay(Math.max(failures, 1)));
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+
+  /** After every (re)connect: states may have changed while offline and are not replayed as events. */
+  private async catchUp(): Promise<void> {
+    await this.refreshConversations();
+    const chat = this.state.chat;
+    if (chat) await this.loadPage(chat, undefined);
+  }
+
+  private need(): ShineClient {
+    if (!this.client) throw new ShineClientError('CLOSED', 0, 'offline');
+    return this.client;
+  }
+
+  /** Runs an action of the UI; a failure becomes the notice and false. */
+  async run(action: () => Promise<unknown>): Promise<boolean> {
+    try {
+      await action();
+      if (this.state.notice) this.set({ notice: null });
+      return true;
+    } catch (err) {
+      this.set({ notice: describeError(err) });
+      return false;
+    }
+  }
+
+  dismissNotice(): void {
+    this.set({ notice: null });
+  }
+
+  async refreshConversations(): Promise<void> {
+    const items = await this.need().conversations(200);
+    this.set({
+      conversations: items.map(({ peerLogin, lastTimeMs, unreadCount }) => ({ peerLogin, lastTimeMs, unreadCount })),
+    });
+  }
+
+  /** Coalesces the refreshes a burst of events asks for into one request. */
+  private scheduleRefresh(): void {
+    if (this.refreshTimer !== null) return;
+    this.refreshTimer = setTimeout(() => {
+      this.refreshTimer = null;
+      if (this.client) void this.refreshConversations().catch(() => undefined);
+    }, 50);
+  }
+
+  private async onDirectMessage(ev: DirectMessageEvent): Promise<void> {
+    const client = this.client;
+    try {
+      if (client) await this.apply(client, ev);
+    } catch {
+      // A copy that does not verify or decrypt is not shown; acknowledging it stops an endless replay.
+    }
+    this.ack(ev.messageKey);
+    this.scheduleRefresh();
+  }
+
+  private async apply(client: ShineClient, ev: DirectMessageEvent): Promise<void> {
+    const opened = await client.decryptEvent(ev);
+    const c = opened.container;
+    const peer = c.fromLogin === this.login ? c.toLogin : c.fromLogin;
+    const log = this.state.chat?.peer === peer ? this.state.chat.log : null;
+    if (!log) return;
+    let changed: boolean;
+    switch (opened.kind) {
+      case 'text': {
+        const mine = c.fromLogin === this.login;
+        changed = log.upsert({
+          ...parseBaseKey(opened.baseKey),
+          baseKey: opened.baseKey,
+          mine,
+          text: opened.text,
+          problem: null,
+          revisionTimeMs: c.revisionTimeMs,
+          deliveryState: mine ? 'accepted' : null,
+          readAtMs: null,
+        });
+        break;
+      }
+      case 'receipt':
+        changed = log.markRead(opened.targetBaseKey, opened.readAtMs);
+        break;
+      case 'deleteMessage':
+        changed = log.remove(opened.targetBaseKey);
+        break;
+      case 'deleteConversation':
+        changed = log.removeThrough(opened.deleteBeforeMs);
+        break;
+    }
+    if (changed) this.chatChanged();
+  }
+
+  private onDeliveryState(ev: DeliveryStateChangedEvent): void {
+    if (this.state.chat?.log.setDeliveryState(ev.baseKey, ev.deliveryState)) this.chatChanged();
+  }
+
+  private ack(messageKey: string): void {
+    this.acks.push(messageKey);
+    if (this.acks.length > 1) return;
+    queueMicrotask(() => {
+      const keys = this.acks;
+      this.acks = [];
+      // Unacknowledged events are replayed at the next login, and applying them twice changes nothing.
+      this.client?.ack(keys).catch(() => undefined);
+    });
+  }
+
+  /** Looks the login up (the server imports users of other servers) and opens the chat. */
+  async startChat(login: string): Promise<void> {
+    const peer = login.trim().toLowerCase();
+    if (!isValidLogin(peer)) throw new Error(`“${login}” is not a login.`);
+    if (peer === this.login) throw new Error('That is you. Start a chat with someone else.');
+    try {
+      await this.need().getProfile(peer, { refresh: true });
+    } catch (err) {
+      if (err instanceof ShineClientError && err.code === 'USER_NOT_FOUND')
+        throw new Error(`No user “${peer}” on this server or the servers it knows.`);
+      throw err;
+    }
+    await this.openChat(peer);
+  }
+
+  async openChat(peer: string): Promise<void> {
+    const chat: OpenChat = { peer, log: new ChatLog(), hasMore: false, next: null, loadingOlder: false, version: 0 };
+    this.set({ chat });
+    await this.loadPage(chat, undefined);
+  }
+
+  closeChat(): void {
+    this.set({ chat: null });
+  }
+
+  /** Loads the page before `before` (undefined: the newest) into chat, if chat is still the open one. */
+  private async loadPage(chat: OpenChat, before: HistoryPage['next'] | undefined): Promise<void> {
+    const page = await this.need().history(chat.peer, { ...(before ? { before } : {}), limit: PAGE_SIZE });
+    const open = this.state.chat;
+    if (open?.log !== chat.log) return;
+    for (const item of page.items) chat.log.upsert(fromHistory(item, this.login));
+    // The newest page after a reconnect must not forget how far back the chat was already loaded.
+    const paging = before !== undefined || open.next === null ? { hasMore: page.hasMore, next: page.next } : {};
+    this.set({ chat: { ...open, ...paging, loadingOlder: false, version: open.version + 1 } });
+  }
+
+  async loadOlder(): Promise<void> {
+    const chat = this.state.chat;
+    if (!chat || !chat.hasMore || chat.loadingOlder || !chat.next) return;
+    this.set({ chat: { ...chat, loadingOlder: true } });
+    try {
+      await this.loadPage(chat, chat.next);
+    } catch (err) {
+      if (this.state.chat?.log === chat.log) this.set({ chat: { ...this.state.chat, loadingOlder: false } });
+      throw err;
+    }
+  }
+
+  /** Puts an answered own text (new or edited) into the open chat. */
+  private showSent(peer: string, sent: SentPair, text: string): void {
+    const log = this.state.chat?.peer === peer ? this.state.chat.log : null;
+    const changed = log?.upsert({
+      baseKey: sent.baseKey,
+      fromLogin: sent.fromLogin,
+      toLogin: sent.toLogin,
+      timeMs: sent.timeMs,
+      nonce: sent.nonce,
+      mine: true,
+      text,
+      problem: null,
+      revisionTimeMs: sent.revisionTimeMs,
+      deliveryState: sent.deliveryState,
+      readAtMs: null,
+    });
+    if (changed) this.chatChanged();
+    this.scheduleRefresh();
+  }
+
+  async send(text: string): Promise<void> {
+    const peer = this.requireChat().peer;
+    this.showSent(peer, await this.need().sendText(peer, text), text);
+  }
+
+  async edit(baseKey: string, text: string): Promise<void> {
+    const { peer, log } = this.requireChat();
+    const m = log.get(baseKey);
+    if (!m?.mine) throw new Error('Only your own messages can be edited.');
+    this.showSent(peer, await this.need().editText(peer, m, text), text);
+  }
+
+  async deleteMessage(baseKey: string): Promise<void> {
+    const { log } = this.requireChat();
+    const m = log.get(baseKey);
+    if (!m) return;
+    await this.need().deleteMessage(m);
+    if (log.remove(baseKey)) this.chatChanged();
+    this.scheduleRefresh();
+  }
+
+  /** Deletes the whole dialog for both sides: everything up to now (or a peer's clock ahead of ours). */
+  async deleteConversation(): Promise<void> {
+    const { peer, log } = this.requireChat();
+    const newest = log.list().at(-1)?.timeMs ?? 0;
+    const beforeMs = Math.max(Date.now(), newest);
+    await this.need().deleteConversation(peer, beforeMs);
+    if (log.removeThrough(beforeMs)) this.chatChanged();
+    await this.refreshConversations();
+  }
+
+  /** The message is on screen in the open chat: a peer's unread message gets its read receipt, once. */
+  markShown(baseKey: string): void {
+    const chat = this.state.chat;
+    const m = chat?.log.get(baseKey);
+    if (!chat || !m || m.mine || m.readAtMs !== null || this.receiptsSent.has(baseKey) || !this.client) return;
+    this.receiptsSent.add(baseKey);
+    const readAtMs = Date.now();
+    this.client.markRead(m, readAtMs).then(
+      () => {
+        if (chat.log.markRead(baseKey, readAtMs)) this.chatChanged();
+        this.scheduleRefresh();
+      },
+      () => this.receiptsSent.delete(baseKey),
+    );
+  }
+
+  private requireChat(): OpenChat {
+    const chat = this.state.chat;
+    if (!chat) throw new Error('No chat is open.');
+    return chat;
+  }
+}
+
+export type { ChatMessage };
