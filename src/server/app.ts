@@ -28,6 +28,7 @@ import { adminApi } from './api/admin.js';
 import { federationOps } from './api/federation.js';
 import { replicationOps } from './api/replication.js';
 import { DeliveryEngine } from './delivery/engine.js';
+import { DeliveryTrouble } from './delivery/trouble.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
 import { ReplicationService } from './replication/service.js';
@@ -105,8 +106,13 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       () => peers.openCalls(),
     );
     directory.attachPeers(peers);
+    const trouble = new DeliveryTrouble({
+      clock,
+      log,
+      urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
+    });
     delivery = new DeliveryEngine(
-      { config, clock, store, hub, directory, peers, log, metrics },
+      { config, clock, store, hub, directory, peers, log, metrics, trouble },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery });
@@ -128,7 +134,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       .add(dmOps(dm))
       .add(federationOps(federation))
       .add(replicationOps(replication));
-    const adminRoutes = adminApi({ store, replication });
+    const adminRoutes = adminApi({
+      store,
+      replication,
+      peers: { directory, trouble, connected: (server) => peers.connected(server) },
+    });
     const ctx: AppContext = {
       config,
       clock,
@@ -150,7 +160,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const federated = config.serverLogin !== UNFEDERATED_SERVER_LOGIN;
     if (federated) {
       delivery.start();
-      stoppers.push(['delivery', () => delivery.close()]);
+      trouble.start();
+      stoppers.push(['delivery', () => (trouble.close(), delivery.close())]);
     }
     transport.serve(ctx);
     if (federated) {

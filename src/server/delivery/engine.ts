@@ -15,6 +15,8 @@ import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { SessionHub } from '../sessions.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
+import type { DeliveryTrouble } from './trouble.js';
+import { causeOf } from './trouble.js';
 
 /** Server-to-server calls; rejects on transport failure, timeout or an error answer. */
 export interface PeerCaller {
@@ -30,6 +32,8 @@ export interface DeliveryDeps {
   peers: PeerCaller;
   log: Logger;
   metrics: Metrics;
+  /** Told of every call's outcome, per destination server (logs and /debug/peers). */
+  trouble?: DeliveryTrouble;
 }
 
 export interface DeliveryOptions {
@@ -185,21 +189,23 @@ export class DeliveryEngine {
     recipientLogin: string,
     payload: Record<string, unknown>,
     refreshWaitMs: number,
+    errors?: string[],
   ): Promise<boolean> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, {
       refreshAfterMs: config.profileRefreshMs,
       maxWaitMs: refreshWaitMs,
     });
+    if (!recipient) errors?.push(`no profile of ${recipientLogin} found`);
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload);
+    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, errors);
     if (routes.length > 0) this.track(this.callRoutes(routes, payload));
     return true;
   }
 
   /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
-  private callRoutes(routes: readonly string[], payload: Record<string, unknown>): Promise<boolean> {
+  private callRoutes(routes: readonly string[], payload: Record<string, unknown>, errors?: string[]): Promise<boolean> {
     if (routes.length === 0) return Promise.resolve(false);
     return new Promise((resolve) => {
       let pending = routes.length;
@@ -209,10 +215,13 @@ export class DeliveryEngine {
           this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
             () => {
               this.callSeconds.observe((performance.now() - started) / 1000);
+              this.deps.trouble?.succeeded(server);
               resolve(true);
             },
             (err: unknown) => {
               this.s2sErrors.inc({ peer: server });
+              this.deps.trouble?.failed(server, err);
+              errors?.push(`${server}: ${causeOf(server, err)}`);
               this.deps.log.debug('delivery call failed', { server, err: String(err) });
               if (--pending === 0) resolve(false);
             },
@@ -311,7 +320,10 @@ export class DeliveryEngine {
       return;
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
-    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs);
+    const errors: string[] = [];
+    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs, errors);
+    // Each route's own cause, so /debug/delivery says which server failed and why.
+    const lastError = errors.join('; ') || 'no route answered';
     if (delivered) {
       await this.finish(row, {
         state: 'delivered',
@@ -325,21 +337,21 @@ export class DeliveryEngine {
         state: 'accepted',
         attempt: row.attempt,
         nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!,
-        lastError: 'no route answered',
+        lastError,
       });
     } else if (due + 1 >= schedule.length) {
       await this.finish(row, {
         state: 'failed',
         attempt: due + 1,
         nextAttemptAtMs: null,
-        lastError: 'no route answered',
+        lastError,
       });
     } else {
       await this.finish(row, {
         state: 'accepted',
         attempt: due + 1,
         nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!,
-        lastError: 'no route answered',
+        lastError,
       });
     }
   }
