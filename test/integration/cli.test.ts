@@ -85,31 +85,21 @@ describe('CLI against real servers', () => {
     const sent = await home.run(['send', '--as', 'alice', '--server', alpha, '--to', 'dave', 'are you there?']);
     assert.equal(sent.code, 0, sent.stderr);
     assert.ok(sent.stdout.startsWith(`${ACCEPTED_NOTE}\n`), sent.stdout);
+    const status = await home.run(['status', '--server', net.servers[0]!.httpUrl, '--admin-token', 'tok']);
+    assert.equal(status.code, 1, status.stdout);
+    assert.match(
+      status.stdout,
+      /beta ws:\/\/\S+: not connected, FAILING: \d+ call\(s\) in a row, last error: .*ECONNREFUSED/,
+    );
+    assert.match(status.stdout, /1 row\(s\) waiting/);
+    assert.match(status.stderr, /1 peer server\(s\) failing/);
     await net.start(1);
-  });
-
-  it('watch says when the connection drops and reconnects by itself', async () => {
-    const watch = await home.start(['watch', '--as', 'bob', '--server', alpha]);
-    try {
-      await watch.waitFor(/watching bob/);
-      await net.stop(0);
-      await watch.waitFor(/connection lost \(closed by the server: \d+.*\); reconnecting in 1 s/, 'stderr');
-      await net.start(0);
-      await watch.waitFor(/reconnected: watching bob/);
-      assert.equal(
-        (await home.run(['send', '--as', 'alice', '--server', alpha, '--to', 'bob', 'after restart'])).code,
-        0,
-      );
-      await watch.waitFor(/message alice → bob: "after restart"/);
-    } finally {
-      assert.equal((await watch.stop()).code, 0);
-    }
   });
 
   it('status shows health, queues and peers (with the admin token); sync without a server token explains', async () => {
     const httpUrl = net.servers[0]!.httpUrl;
+    // Exit status 0 or 1 depending on whether beta has answered a call since its restart; the text is the point here.
     const status = await home.run(['status', '--server', httpUrl, '--admin-token', 'tok']);
-    assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /^server alpha at http:\/\/127\.0\.0\.1:\d+: healthy/);
     assert.match(status.stdout, /deliveries +\d+ accepted/);
     assert.match(status.stdout, /beta ws:\/\/127\.0\.0\.1:\d+\/ws: (connected|not connected)/);
