@@ -71,6 +71,7 @@ export interface ClientFlags {
 
 /** Loads the identity, connects and (unless login is false) logs in; the caller closes the client. */
 export async function connect(flags: ClientFlags, login = true): Promise<{ client: ShineClient; identity: Identity }> {
+  wsServerUrl(flags.server); // a wrong URL is a usage error, reported before any file is read
   const identity = await loadIdentity(flags);
   const client = await openClient(flags.server);
   if (login) {

@@ -1,10 +1,18 @@
 /** Runs the `shine` CLI as a real process in a private HOME. */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
+import WebSocket from 'ws';
+import {
+  ShineClient,
+  createIdentity,
+  fetchServerDescriptor,
+  identityToJson,
+  makeProfile,
+} from '../../src/client/index.js';
 import { waitUntil } from './wait.js';
 
 let bundled: Promise<string> | null = null;
@@ -84,6 +92,24 @@ export class CliHome implements Disposable {
         return { code: await exited, stdout, stderr };
       },
     };
+  }
+
+  /**
+   * An identity in this HOME's identities folder, registered on the server, made in this process:
+   * the setup the CLI's own tests (identity create, register) cover, without a process per user.
+   */
+  async addUser(login: string, wsUrl: string): Promise<void> {
+    const identity = createIdentity(login);
+    const dir = join(this.env.XDG_CONFIG_HOME!, 'shine', 'identities');
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    writeFileSync(join(dir, `${login}.identity.json`), identityToJson(identity), { mode: 0o600 });
+    const serverLogin = (await fetchServerDescriptor(wsUrl)).serverLogin;
+    const client = await ShineClient.connect(wsUrl, { WebSocket });
+    try {
+      await client.register(makeProfile(identity, [serverLogin], 1, Date.now()));
+    } finally {
+      await client.close();
+    }
   }
 
   /** Runs a command to its end. */

@@ -10,10 +10,7 @@ describe('CLI watch', () => {
   it('watch says when the connection drops and reconnects by itself', async () => {
     await using net = await startNetwork({ servers: [{ serverLogin: 'alpha' }] });
     const alpha = net.servers[0]!.wsUrl;
-    for (const login of ['alice', 'bob']) {
-      assert.equal((await home.run(['identity', 'create', '--login', login])).code, 0);
-      assert.equal((await home.run(['register', '--as', login, '--server', alpha])).code, 0);
-    }
+    for (const login of ['alice', 'bob']) await home.addUser(login, alpha);
     const watch = await home.start(['watch', '--as', 'bob', '--server', alpha]);
     try {
       await watch.waitFor(/watching bob/);

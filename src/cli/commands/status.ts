@@ -30,10 +30,7 @@ export function registerStatus(program: Command): void {
     )
     .action(async (flags: { server: string; adminToken?: string }) => {
       const base = httpServerUrl(flags.server);
-      const descriptor = JSON.parse(await httpCall(base, '/.well-known/shine-server')) as {
-        serverLogin: string;
-        wsUrl: string;
-      };
+      const descriptor = serverDescriptor(await httpCall(base, '/.well-known/shine-server'), base);
       const healthy = await httpCall(base, '/healthz').then(
         () => true,
         () => false,
@@ -65,6 +62,20 @@ export function registerStatus(program: Command): void {
       if (!healthy) throw new CliError(`${base.origin} is not healthy`);
       if (failing > 0) throw new CliError(`${failing} peer server(s) failing`);
     });
+}
+
+/** The descriptor's two fields status shows; anything else means the URL is not a SHiNE server. */
+function serverDescriptor(body: string, base: URL): { serverLogin: string; wsUrl: string } {
+  let parsed: unknown = null;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    // not JSON: refused below like any other non-descriptor
+  }
+  const d = parsed as { serverLogin?: unknown; wsUrl?: unknown } | null;
+  if (typeof d?.serverLogin !== 'string' || typeof d.wsUrl !== 'string')
+    throw new CliError(`not a SHiNE server: ${base.origin}/.well-known/shine-server is not a server descriptor`);
+  return { serverLogin: d.serverLogin, wsUrl: d.wsUrl };
 }
 
 function describePeer(p: PeerStatus): string {
