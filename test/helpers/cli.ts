@@ -13,7 +13,10 @@ import {
   identityToJson,
   makeProfile,
 } from '../../src/client/index.js';
+import type { TestNetwork } from './network.js';
+import { startNetwork } from './network.js';
 import { waitUntil } from './wait.js';
+import { after, before } from 'node:test';
 
 let bundled: Promise<string> | null = null;
 
@@ -122,4 +125,22 @@ export class CliHome implements Disposable {
   [Symbol.dispose](): void {
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** alpha (admin token `tok`) and beta, federated, with alice and bob of home registered on alpha. */
+export async function startAlphaBeta(home: CliHome): Promise<TestNetwork> {
+  const net = await startNetwork({
+    servers: [{ serverLogin: 'alpha', adminToken: 'tok' }, { serverLogin: 'beta' }],
+    federate: true,
+  });
+  for (const login of ['alice', 'bob']) await home.addUser(login, net.servers[0]!.wsUrl);
+  return net;
+}
+
+/** Registers hooks that start startAlphaBeta before the suite's tests and close it after them. */
+export function useAlphaBeta(home: CliHome): { net(): TestNetwork; alpha(): string } {
+  let net: TestNetwork | null = null;
+  before(async () => void (net = await startAlphaBeta(home)));
+  after(() => net?.close());
+  return { net: () => net!, alpha: () => net!.servers[0]!.wsUrl };
 }

@@ -2,31 +2,18 @@
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { CliHome } from '../helpers/cli.js';
-import type { TestNetwork } from '../helpers/network.js';
-import { startNetwork } from '../helpers/network.js';
+import { describe, it } from 'node:test';
+import { CliHome, useAlphaBeta } from '../helpers/cli.js';
 
 describe('CLI against real servers', () => {
   using home = new CliHome();
-  let net: TestNetwork;
-  let alpha: string;
-
-  before(async () => {
-    net = await startNetwork({
-      servers: [{ serverLogin: 'alpha', adminToken: 'tok' }, { serverLogin: 'beta' }],
-      federate: true,
-    });
-    alpha = net.servers[0]!.wsUrl;
-    for (const login of ['alice', 'bob']) await home.addUser(login, alpha);
-  });
-  after(() => net.close());
+  const servers = useAlphaBeta(home);
 
   it('sending to oneself is a usage error that says so; an unknown --with is unknown (exit 1)', async () => {
-    const self = await home.run(['send', '--as', 'alice', '--server', alpha, '--to', 'alice', 'hi']);
+    const self = await home.run(['send', '--as', 'alice', '--server', servers.alpha(), '--to', 'alice', 'hi']);
     assert.equal(self.code, 2);
     assert.match(self.stderr, /--to alice is you: SAME_LOGIN/);
-    const unknown = await home.run(['history', '--as', 'alice', '--server', alpha, '--with', 'carol']);
+    const unknown = await home.run(['history', '--as', 'alice', '--server', servers.alpha(), '--with', 'carol']);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /USER_NOT_FOUND: no user carol is known to/);
     assert.equal(unknown.stdout, '');
@@ -34,18 +21,23 @@ describe('CLI against real servers', () => {
 
   it('send reads the text from stdin and from --file; a missing --file is named', async () => {
     const long = 'x'.repeat(200_000 / 4) + ' end';
-    const piped = await home.run(['send', '--as', 'alice', '--server', alpha, '--to', 'bob'], { input: `${long}\n` });
+    const piped = await home.run(['send', '--as', 'alice', '--server', servers.alpha(), '--to', 'bob'], {
+      input: `${long}\n`,
+    });
     assert.equal(piped.code, 0, piped.stderr);
     assert.match(piped.stdout, /^delivered\n {2}bob sees message alice\|bob\|\d+\|\d+\|1; your copy is .*\|2$/m);
     const file = join(home.dir, 'note.txt');
     writeFileSync(file, 'from a file\n');
-    assert.equal((await home.run(['send', '--as', 'alice', '--server', alpha, '--to', 'bob', '--file', file])).code, 0);
+    assert.equal(
+      (await home.run(['send', '--as', 'alice', '--server', servers.alpha(), '--to', 'bob', '--file', file])).code,
+      0,
+    );
     const missing = await home.run([
       'send',
       '--as',
       'alice',
       '--server',
-      alpha,
+      servers.alpha(),
       '--to',
       'bob',
       '--file',
@@ -53,7 +45,7 @@ describe('CLI against real servers', () => {
     ]);
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /note\.txt\.gone: no such file or folder/);
-    const history = await home.run(['history', '--as', 'bob', '--server', alpha, '--with', 'alice']);
+    const history = await home.run(['history', '--as', 'bob', '--server', servers.alpha(), '--with', 'alice']);
     assert.match(history.stdout, / end"/);
     assert.match(history.stdout, /"from a file"/);
   });
