@@ -32,6 +32,7 @@ import type { CallPush } from './calls/service.js';
 import { CallService } from './calls/service.js';
 import { registerCallOps } from './api/calls.js';
 import { DeliveryEngine } from './delivery/engine.js';
+import { DeliveryTrouble } from './delivery/trouble.js';
 import { PeerPool } from './federation/peer-client.js';
 import { FederationService } from './federation/service.js';
 import { ReplicationService } from './replication/service.js';
@@ -123,8 +124,13 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       () => peers.openCalls(),
     );
     directory.attachPeers(peers);
+    const trouble = new DeliveryTrouble({
+      clock,
+      log,
+      urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
+    });
     delivery = new DeliveryEngine(
-      { config, clock, store, hub, directory, peers, log, metrics, background },
+      { config, clock, store, hub, directory, peers, log, metrics, background, trouble },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const pushStore = new SqlitePushStore(store.db);
@@ -174,7 +180,14 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     registerReplicationOps(registry, replication);
     registerPushOps(registry, push);
     registerCallOps(registry, calls);
-    const adminRoutes = [...adminApi({ store, replication }), ...pushAdminRoutes(push)];
+    const adminRoutes = [
+      ...adminApi({
+        store,
+        replication,
+        peers: { directory, trouble, connected: (server) => peers.connected(server) },
+      }),
+      ...pushAdminRoutes(push),
+    ];
     const ctx: AppContext = {
       config,
       clock,
@@ -197,7 +210,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const federated = config.serverLogin !== UNFEDERATED_SERVER_LOGIN;
     if (federated) {
       delivery.start();
-      stoppers.push(['delivery', () => delivery.close()]);
+      trouble.start();
+      stoppers.push(['delivery', () => (trouble.close(), delivery.close())]);
     }
     transport.serve(ctx);
     if (federated) {

@@ -183,7 +183,22 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     clock.advance(400);
     const second = await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
     assert.equal(second.state, 'accepted');
-    assert.equal(second.lastError, 'no route answered');
+    // Each route with its own cause, so an operator sees which server failed and why.
+    const causes = second.lastError!.split('; ').sort();
+    assert.equal(causes.length, 2, second.lastError!);
+    assert.match(causes[0]!, /^beta1: .*(ECONNREFUSED|backing off|closed)/);
+    assert.match(causes[1]!, /^beta2: .*(ECONNREFUSED|backing off|closed)/);
+    const peersRoute = alpha.ctx.adminRoutes.find((r) => r.path === '/debug/peers')!;
+    const { peers } = (await peersRoute.handle(new URL('http://x/debug/peers'), undefined as never)) as {
+      peers: { serverLogin: string; state: string; connected: boolean; consecutiveFailures: number; dueRows: number }[];
+    };
+    assert.deepEqual(
+      peers.map((p) => [p.serverLogin, p.state, p.connected, p.consecutiveFailures > 0, p.dueRows]),
+      [
+        ['beta1', 'failing', false, true, 1],
+        ['beta2', 'failing', false, true, 1],
+      ],
+    );
 
     const beta1 = await net.start(1);
     clock.advance(400);

@@ -203,8 +203,8 @@ describe('CLI smoke test', () => {
         '--log-level',
         'silent',
       ]);
-      await until(() => /serving on http:\/\/127\.0\.0\.1:\d+/.test(serve.stdout()), 'serve to listen');
-      const wsUrl = /WebSocket (ws:\S+)\)/.exec(serve.stdout())![1]!;
+      await until(() => /WebSocket +ws:\/\/127\.0\.0\.1:\d+\/ws/.test(serve.stdout()), 'serve to listen');
+      const wsUrl = /WebSocket +(ws:\S+)/.exec(serve.stdout())![1]!;
       const client = await ShineClient.connect(wsUrl, { WebSocket });
       assert.equal((await client.request('AuthChallenge', {})).serverLogin, 'gamma');
       await client.close();
@@ -232,7 +232,7 @@ describe('CLI smoke test', () => {
       await until(() => watch.stdout().includes('watching dave'), 'watch to start');
       assert.match(
         await run(['send', '--identity', file('carol'), '--server', server, '--to', 'dave', 'hi dave']),
-        /^sent carol\|dave\|\d+\|\d+\|2 delivered/,
+        /^delivered\n {2}dave sees message carol\|dave\|\d+\|\d+\|1; your copy is carol\|dave\|\d+\|\d+\|2/,
       );
       await until(() => watch.stdout().includes('message carol → dave: "hi dave"'), 'watch to print the message');
       watch.kill();

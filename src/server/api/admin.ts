@@ -1,6 +1,8 @@
 /** Admin and debug HTTP routes (SPEC §8), all behind the admin token. */
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryState } from '../../protocol/ops.js';
+import type { DeliveryTrouble } from '../delivery/trouble.js';
+import type { Directory } from '../directory/service.js';
 import type { ReplicationService } from '../replication/service.js';
 import type { Store } from '../store/types.js';
 import type { IncomingMessage } from 'node:http';
@@ -15,8 +17,15 @@ export interface AdminRoute {
 
 const STATES: readonly DeliveryState[] = ['accepted', 'delivered', 'failed'];
 
-export function adminApi(deps: { store: Store; replication: ReplicationService }): AdminRoute[] {
-  const { store, replication } = deps;
+/** What /debug/peers needs beyond the store: the servers known, which are connected, and call health. */
+export interface PeerView {
+  directory: Pick<Directory, 'peerServers'>;
+  connected(serverLogin: string): boolean;
+  trouble: Pick<DeliveryTrouble, 'get'>;
+}
+
+export function adminApi(deps: { store: Store; replication: ReplicationService; peers: PeerView }): AdminRoute[] {
+  const { store, replication, peers } = deps;
   return [
     {
       method: 'GET',
@@ -35,6 +44,31 @@ export function adminApi(deps: { store: Store; replication: ReplicationService }
         const owner = url.searchParams.get('owner');
         if (!owner) throw new ShineError('EMPTY_OWNER_LOGIN', 'owner is required');
         return { owner, ...(await store.outboxCounts(owner)) };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/debug/peers',
+      async handle() {
+        const servers = await peers.directory.peerServers();
+        return {
+          peers: await Promise.all(
+            servers.map(async ({ serverLogin, wsUrl }) => {
+              const health = peers.trouble.get(serverLogin);
+              return {
+                serverLogin,
+                wsUrl,
+                connected: peers.connected(serverLogin),
+                state: health?.state ?? 'unknown',
+                lastSuccessAtMs: health?.lastSuccessAtMs ?? null,
+                consecutiveFailures: health?.consecutiveFailures ?? 0,
+                lastError: health?.lastError ?? null,
+                failingSinceMs: health?.failingSinceMs ?? null,
+                dueRows: await store.countAcceptedFor(serverLogin),
+              };
+            }),
+          ),
+        };
       },
     },
     { method: 'POST', path: '/admin/sync', handle: () => replication.runCycle() },

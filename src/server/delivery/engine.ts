@@ -18,6 +18,8 @@ import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { SessionHub } from '../sessions.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
+import type { DeliveryTrouble } from './trouble.js';
+import { causeOf } from './trouble.js';
 
 export interface DeliveryDeps {
   config: Config;
@@ -29,6 +31,8 @@ export interface DeliveryDeps {
   log: Logger;
   metrics: Metrics;
   background: BackgroundQueue;
+  /** Told of every call's outcome, per destination server (logs and /debug/peers). */
+  trouble?: DeliveryTrouble;
 }
 
 export interface DeliveryOptions {
@@ -182,15 +186,17 @@ export class DeliveryEngine {
     recipientLogin: string,
     payload: OpPayload<'ReceiveIncomingMessage'>,
     refreshWaitMs: number,
+    errors?: string[],
   ): Promise<boolean> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, {
       refreshAfterMs: config.profileRefreshMs,
       maxWaitMs: refreshWaitMs,
     });
+    if (!recipient) errors?.push(`no profile of ${recipientLogin} found`);
     if (!recipient) return false;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload);
+    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, errors);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
         this.callRoutes(routes, payload),
@@ -199,7 +205,11 @@ export class DeliveryEngine {
   }
 
   /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
-  private callRoutes(routes: readonly string[], payload: OpPayload<'ReceiveIncomingMessage'>): Promise<boolean> {
+  private callRoutes(
+    routes: readonly string[],
+    payload: OpPayload<'ReceiveIncomingMessage'>,
+    errors?: string[],
+  ): Promise<boolean> {
     if (routes.length === 0) return Promise.resolve(false);
     return new Promise((resolve) => {
       let pending = routes.length;
@@ -208,10 +218,13 @@ export class DeliveryEngine {
         const settled = this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
           () => {
             this.callSeconds.observe((performance.now() - started) / 1000);
+            this.deps.trouble?.succeeded(server);
             resolve(true);
           },
           (err: unknown) => {
             this.s2sErrors.inc({ peer: server });
+            this.deps.trouble?.failed(server, err);
+            errors?.push(`${server}: ${causeOf(server, err)}`);
             this.deps.log.debug('delivery call failed', { server, err: String(err) });
             if (--pending === 0) resolve(false);
           },
@@ -308,7 +321,10 @@ export class DeliveryEngine {
       return;
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
-    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs);
+    const errors: string[] = [];
+    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs, errors);
+    // Each route's own cause, so /debug/delivery says which server failed and why.
+    const lastError = errors.join('; ') || 'no route answered';
     if (delivered) {
       await this.finish(row, {
         state: 'delivered',
@@ -322,21 +338,21 @@ export class DeliveryEngine {
         state: 'accepted',
         attempt: row.attempt,
         nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!,
-        lastError: 'no route answered',
+        lastError,
       });
     } else if (due + 1 >= schedule.length) {
       await this.finish(row, {
         state: 'failed',
         attempt: due + 1,
         nextAttemptAtMs: null,
-        lastError: 'no route answered',
+        lastError,
       });
     } else {
       await this.finish(row, {
         state: 'accepted',
         attempt: due + 1,
         nextAttemptAtMs: row.acceptedAtMs + schedule[due + 1]!,
-        lastError: 'no route answered',
+        lastError,
       });
     }
   }

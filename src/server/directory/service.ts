@@ -293,6 +293,14 @@ export class Directory {
     return target.accessServers.includes(this.deps.config.serverLogin);
   }
 
+  /** Every other server this one knows (configured peers, stored descriptors), with the URL calls go to. */
+  async peerServers(): Promise<{ serverLogin: string; wsUrl: string }[]> {
+    const byLogin = new Map(this.deps.config.peers.map((p) => [p.serverLogin, p.wsUrl]));
+    for (const r of await this.deps.store.listServers()) byLogin.set(r.descriptor.serverLogin, r.descriptor.wsUrl);
+    byLogin.delete(this.deps.config.serverLogin);
+    return [...byLogin].sort(([a], [b]) => a.localeCompare(b)).map(([serverLogin, wsUrl]) => ({ serverLogin, wsUrl }));
+  }
+
   /**
    * A server's descriptor as this server knows it; a configured peer (SHINE_PEERS) not seen yet is
    * fetched from its /.well-known/shine-server and pinned on first use.

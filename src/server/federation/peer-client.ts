@@ -207,6 +207,11 @@ class PeerConnection {
     this.retryAtMs = 0;
   }
 
+  /** A socket is open to the peer now. */
+  get connected(): boolean {
+    return this.ws?.readyState === WebSocket.OPEN;
+  }
+
   close(): void {
     this.closed = true;
     this.channel?.failAll('pool closed', true);
@@ -249,6 +254,11 @@ export class PeerPool implements PeerCaller {
    */
   reachable(serverLogin: string): void {
     this.connections.get(serverLogin)?.reachable();
+  }
+
+  /** Whether a socket to serverLogin is open now (for /debug/peers). */
+  connected(serverLogin: string): boolean {
+    return this.connections.get(serverLogin)?.connected ?? false;
   }
 
   async close(): Promise<void> {

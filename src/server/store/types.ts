@@ -204,6 +204,8 @@ export interface Store {
    * acceptedBeforeMs are left alone: their first attempt may still be running outside the worker.
    */
   wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number>;
+  /** Accepted rows (not yet delivered) whose recipient uses serverLogin, for /debug/peers. */
+  countAcceptedFor(serverLogin: string): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
   /** Rows in a state, newest first, for /debug/delivery. */
   listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]>;

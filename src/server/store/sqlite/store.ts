@@ -490,6 +490,14 @@ export class SqliteStore implements Store {
     );
   }
 
+  async countAcceptedFor(serverLogin: string): Promise<number> {
+    const row = this.sql(
+      `SELECT COUNT(*) AS n FROM dm_delivery_state WHERE state = 'accepted'
+         AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = ?)`,
+    ).get(serverLogin) as { n: number };
+    return row.n;
+  }
+
   async countDeliveriesByState(): Promise<Record<DeliveryState, number>> {
     const rows = this.sql('SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state').all() as {
       state: DeliveryState;
