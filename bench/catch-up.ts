@@ -1,5 +1,5 @@
 /**
- * Catch-up sync into an empty peer (SPEC §7): BENCH_EVENTS text pairs (default 200 000) of one owner
+ * Catch-up sync into an empty peer (docs/protocol.md §7): BENCH_EVENTS text pairs (default 200 000) of one owner
  * are pre-signed and inserted through the store of the source server, then a fresh puller server pulls
  * them in one cycle (POST /admin/sync), verifying both signatures of every pair and writing it with its
  * outbox and delivery rows. Both servers are separate processes, so the puller's peak memory is its

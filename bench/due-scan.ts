@@ -1,6 +1,6 @@
 /**
- * The delivery worker's due-row scan (store.dueDeliveries, the query behind every worker tick, SPEC
- * §6.6) on an empty dm_delivery_state and on one holding 1 000 000 terminal rows (delivered/failed):
+ * The delivery worker's due-row scan (store.dueDeliveries, the query behind every worker tick,
+ * docs/protocol.md §6.6) on an empty dm_delivery_state and on one holding 1 000 000 terminal rows (delivered/failed):
  * through the partial index `WHERE state = 'accepted'` its cost must not grow with history. Prints one
  * JSON line: median/p99 µs per scan for both, the same query forced past the index (NOT INDEXED) on the
  * full table for contrast, the bulk-insert rate, and EXPLAIN QUERY PLAN of the store's own statement.

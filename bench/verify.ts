@@ -13,7 +13,7 @@ const msArg = process.argv.find((a) => a.startsWith('--ms='));
 const MEASURE_MS = msArg ? Number(msArg.slice(5)) : 2000;
 const WARMUP_MS = Math.min(200, MEASURE_MS / 10);
 
-// SPEC §3 test vector: 134 bytes, 70 of them signed.
+// docs/protocol.md §3 test vector: 134 bytes, 70 of them signed.
 const VECTOR = fromHex(
   '5348694e455f444d010105616c69636503626f620000019d345cf37b075bcd150000000000000000000000000000' +
     '000000000012636970686572746578742d666f722d626f620ce048e4036c10969647bb2e27c736c51d73dc2a829f' +

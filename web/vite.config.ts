@@ -1,4 +1,4 @@
-/** Builds the web client (SPEC §12) into dist/web, which the server serves at GET /. */
+/** Builds the web client (docs/web-client.md) into dist/web, which the server serves at GET /. */
 import { defineConfig } from 'vite';
 
 /** A folder next to this file (written without node:path so the client's tsconfig needs no Node types). */

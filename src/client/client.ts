@@ -1,4 +1,4 @@
-/** ShineClient: one WebSocket session to an access server (SPEC §5), with E2E text on top. Node and browser. */
+/** ShineClient: one WebSocket session to an access server (docs/protocol.md §5), with E2E text on top. Node and browser. */
 import { fromBase64, toBase64 } from '../protocol/bytes.js';
 import type { ChannelErrors } from '../protocol/channel.js';
 import { RequestChannel } from '../protocol/channel.js';
@@ -55,7 +55,7 @@ export interface ShineClientOptions {
 /** Codes the client raises itself, without an answer from the server (status 0). */
 export type LocalErrorCode = 'TIMEOUT' | 'CLOSED' | 'NOT_LOGGED_IN' | 'BAD_PROFILE' | 'NOT_OWNER';
 
-/** A failed request (SPEC code and status of the error answer) or a local failure (status 0). */
+/** A failed request (protocol error code and status of the error answer) or a local failure (status 0). */
 export class ShineClientError extends Error {
   constructor(
     readonly code: ErrorCode | LocalErrorCode,
@@ -113,7 +113,7 @@ const clientErrors: ChannelErrors = {
   unanswered: (why, op, message) => new ShineClientError(why, 0, message, op),
 };
 
-/** Fetches and verifies a server's descriptor from the HTTP side of its WebSocket URL (SPEC §4). */
+/** Fetches and verifies a server's descriptor from the HTTP side of its WebSocket URL (docs/protocol.md §4). */
 export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch = fetch): Promise<ServerDescriptor> {
   const url = new URL(wsUrl);
   url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
@@ -190,7 +190,7 @@ export class ShineClient {
     return this.channel.call(op, payload);
   }
 
-  /** Typed call of an op of the SPEC. */
+  /** Typed call of an op of the protocol (docs/protocol.md). */
   request<K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> {
     return this.call(op, payload) as Promise<OpAnswer<K>>;
   }
@@ -415,7 +415,7 @@ export class ShineClient {
     });
   }
 
-  /** Rings a user's devices (SPEC §5.6); payloadB64 is opaque to the servers (encrypt the SDP offer). */
+  /** Rings a user's devices (docs/protocol.md §5.6); payloadB64 is opaque to the servers (encrypt the SDP offer). */
   callInvite(toLogin: string, callId: string, payloadB64: string): Promise<CallDelivery> {
     return this.request('CallInviteBroadcast', { toLogin, callId, payloadB64 });
   }

@@ -1,4 +1,4 @@
-/** A user's key material (SPEC §4) and the signed profile made from it. Runs in Node and browsers. */
+/** A user's key material (docs/protocol.md §4) and the signed profile made from it. Runs in Node and browsers. */
 import { ed25519, x25519 } from '@noble/curves/ed25519.js';
 import { fromBase64, toBase64 } from '../protocol/bytes.js';
 import type { UserProfile } from '../protocol/identity.js';
@@ -80,7 +80,7 @@ export function identityFromJson(text: string): Identity {
   return identity;
 }
 
-/** The signed profile to register: version must grow with every change (SPEC §4). */
+/** The signed profile to register: version must grow with every change (docs/protocol.md §4). */
 export function makeProfile(
   identity: Identity,
   accessServers: readonly string[],

@@ -1,4 +1,4 @@
-/** Builders of signed container pairs (SPEC §3): the incoming copy for the peer, the outgoing one for the sender. */
+/** Builders of signed container pairs (docs/protocol.md §3): the incoming copy for the peer, the outgoing one for the sender. */
 import { randomBytes } from '@noble/hashes/utils.js';
 import { fromUtf8, toBase64, utf8 } from '../protocol/bytes.js';
 import type { Container, ContainerFields, MessageType } from '../protocol/container.js';

@@ -1,5 +1,5 @@
 /**
- * The request/answer side of the envelope (SPEC §5), socket-free: requestIds, the pending calls, one
+ * The request/answer side of the envelope (docs/protocol.md §5), socket-free: requestIds, the pending calls, one
  * timeout per call, frame parsing, error answers turned into errors and events handed to a callback.
  * The SDK, the server's peer connections and the test client all speak through it; each gives it a
  * `send(text)` and feeds it the texts it receives. No Node built-ins: the SDK runs in browsers.

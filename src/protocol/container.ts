@@ -1,5 +1,5 @@
 /**
- * The SHiNE_DM v1 container (SPEC §3): encode, decode, verify, keys, pair consistency, body parsers.
+ * The SHiNE_DM v1 container (docs/protocol.md §3): encode, decode, verify, keys, pair consistency, body parsers.
  * Pure: no I/O. Signature checks take an injected verifier.
  */
 import { concatBytes, utf8 } from './bytes.js';
@@ -11,7 +11,7 @@ import type { CopyFields } from './ops.js';
 export const MAGIC = utf8('SHiNE_DM');
 export const FORMAT_VERSION = 1;
 export const MAX_BODY = 65_536;
-/** The largest container: header and signature around the largest body (SPEC §3). */
+/** The largest container: header and signature around the largest body (docs/protocol.md §3). */
 export const MAX_CONTAINER = MAX_BODY + 256;
 const SIGNATURE_LENGTH = 64;
 

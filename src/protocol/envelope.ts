@@ -1,4 +1,4 @@
-/** The JSON envelope of SPEC §5: requests, answers and events. */
+/** The JSON envelope of docs/protocol.md §5: requests, answers and events. */
 import type { ErrorCode } from './errors.js';
 import { ShineError } from './errors.js';
 

@@ -1,4 +1,4 @@
-/** Every error code of SPEC §5 with its HTTP-like status. The only table of codes in the project. */
+/** Every error code of docs/protocol.md §5 with its HTTP-like status. The only table of codes in the project. */
 export const ERROR_STATUS = {
   BAD_JSON: 400,
   BAD_FIELDS: 400,
@@ -27,7 +27,7 @@ export const ERROR_STATUS = {
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-/** The one error type of the project: a stable SPEC code, its status, and a message safe to show. */
+/** The one error type of the project: a stable protocol error code, its status, and a message safe to show. */
 export class ShineError extends Error {
   readonly code: ErrorCode;
   readonly status: number;

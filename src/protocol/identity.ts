@@ -1,5 +1,5 @@
 /**
- * Signed texts outside the container (SPEC §4, §5.1): profiles, server descriptors, logins.
+ * Signed texts outside the container (docs/protocol.md §4, §5.1): profiles, server descriptors, logins.
  * Each is UTF-8 lines joined by '\n' with no trailing newline.
  */
 import { fromBase64, toBase64, utf8 } from './bytes.js';

@@ -1,5 +1,5 @@
 /**
- * Operation payload schemas and answer types (SPEC §5). The server validates every payload against
+ * Operation payload schemas and answer types (docs/protocol.md §5). The server validates every payload against
  * these before a handler runs; the SDK uses the same types.
  */
 import { z } from 'zod';
@@ -22,9 +22,9 @@ const profile = z.object({
 /** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
 const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
 
-/** Call ids (SPEC §5.6): 1..64 of [A-Za-z0-9_-], like a deviceId. */
+/** Call ids (docs/protocol.md §5.6): 1..64 of [A-Za-z0-9_-], like a deviceId. */
 export const CALL_ID_RE = DEVICE_ID_RE;
-/** The largest call payload, decoded (SPEC §5.6). */
+/** The largest call payload, decoded (docs/protocol.md §5.6). */
 export const MAX_CALL_PAYLOAD = 16 * 1024;
 /** What a client may send with CallSignal; `invite` travels between servers only. */
 export const CALL_SIGNAL_KINDS = ['answer', 'ice', 'reject', 'busy', 'hangup', 'cancel'] as const;
@@ -34,7 +34,7 @@ export type CallKind = 'invite' | CallSignalKind;
 /** A call's common fields. The payload's size is the handler's to check: too long is 413 TOO_LARGE, not 400. */
 const call = z.object({ toLogin: login, callId: z.string().regex(CALL_ID_RE), payloadB64: z.string() });
 
-/** The fields both sync protocols share (SPEC §7); each adds its own cursor key. */
+/** The fields both sync protocols share (docs/protocol.md §7); each adds its own cursor key. */
 const syncBatch = z.object({
   ownerLogin: z.string().max(64).optional(),
   afterStoredAtMs: ms.optional(),
@@ -63,7 +63,7 @@ export const opSchemas = {
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
   GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
 
-  // WebPush (SPEC §5.5); endpoint and keys are checked by the push area (BAD_FIELDS)
+  // WebPush (docs/protocol.md §5.5); endpoint and keys are checked by the push area (BAD_FIELDS)
   GetWebPushConfig: z.object({}),
   UpsertPushToken: z.object({
     deviceId: z.string().regex(DEVICE_ID_RE).optional(),
@@ -76,7 +76,7 @@ export const opSchemas = {
   CallInviteBroadcast: call,
   CallSignal: call.extend({ kind: z.enum(CALL_SIGNAL_KINDS) }),
 
-  // server operations (SPEC §5.1, §5.4)
+  // server operations (docs/protocol.md §5.1, §5.4)
   ServerAuth: z.object({
     serverLogin: z.string().min(1).max(64),
     targetServerLogin: z.string().min(1).max(64),
@@ -110,7 +110,7 @@ export const opSchemas = {
 export type OpName = keyof typeof opSchemas;
 export type OpPayload<K extends OpName> = z.infer<(typeof opSchemas)[K]>;
 
-// ---- answers (SPEC §5): what the server sends back; peer answers are checked against these ----
+// ---- answers (docs/protocol.md §5): what the server sends back; peer answers are checked against these ----
 
 const num = z.number();
 const deliveryState = z.enum(['accepted', 'delivered', 'failed']);
@@ -228,22 +228,22 @@ export function answerSchema<K extends OpName>(op: K): z.ZodType<OpAnswer<K>> {
 
 /** Every op's answer type by name (SDK convenience; derived, never written by hand). */
 export type OpResults = { [K in OpName]: OpAnswer<K> };
-/** Sessions and pushes a call invite or signal reached (SPEC §5.6). */
+/** Sessions and pushes a call invite or signal reached (docs/protocol.md §5.6). */
 export type CallDelivery = OpAnswer<'CallInviteBroadcast'>;
 
-/** The CallInvite event (SPEC §5.3, §5.6). */
+/** The CallInvite event (docs/protocol.md §5.3, §5.6). */
 export interface CallInviteEvent {
   fromLogin: string;
   callId: string;
   payloadB64: string;
 }
 
-/** The CallSignal event (SPEC §5.3, §5.6). */
+/** The CallSignal event (docs/protocol.md §5.3, §5.6). */
 export interface CallSignalEvent extends CallInviteEvent {
   kind: CallSignalKind;
 }
 
-/** The DirectMessage event (SPEC §5.3). */
+/** The DirectMessage event (docs/protocol.md §5.3). */
 export interface DirectMessageEvent extends CopyFields {
   storedAtMs: number;
   blobB64: string;
@@ -255,7 +255,7 @@ export interface DeliveryStateChangedEvent {
   deliveryState: DeliveryState;
 }
 
-/** What one replication cycle did: the answer of POST /admin/sync (SPEC §8). */
+/** What one replication cycle did: the answer of POST /admin/sync (docs/protocol.md §8). */
 export interface SyncCycleSummary {
   peers: number;
   users: number;

@@ -1,4 +1,4 @@
-/** The server's own Ed25519 key (SPEC §4): a configured seed, or one generated once and kept in dataDir. */
+/** The server's own Ed25519 key (docs/protocol.md §4): a configured seed, or one generated once and kept in dataDir. */
 import { randomBytes } from 'node:crypto';
 import { link, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

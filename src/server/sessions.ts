@@ -21,7 +21,7 @@ export type UserSession = Session & { readonly login: string; readonly deviceId:
 
 /**
  * A session allowed to call server ops. serverLogin is set by ServerAuth; it is null only when s2sAuth
- * is `off`, where such ops trust the payload's sourceServerLogin instead (SPEC §5.4).
+ * is `off`, where such ops trust the payload's sourceServerLogin instead (docs/protocol.md §5.4).
  */
 export type ServerSession = Session;
 

@@ -79,7 +79,7 @@ export function screenshotter(name: string): (page: Page, step: string) => Promi
 }
 
 /**
- * A browser page of the client at url that fails the test on any request to another origin (SPEC §12:
+ * A browser page of the client at url that fails the test on any request to another origin (docs/web-client.md:
  * nothing is fetched from elsewhere) and on uncaught page errors.
  */
 export async function openClient(context: BrowserContext, url: string): Promise<{ page: Page; problems: string[] }> {
@@ -103,7 +103,7 @@ export const messagesOf = (page: Page): Locator => page.getByRole('list', { name
 export const messageWith = (page: Page, text: string): Locator =>
   messagesOf(page).getByRole('listitem').filter({ hasText: text });
 
-/** Resolves once the own message with text shows the delivery state (the attribute of SPEC §12). */
+/** Resolves once the own message with text shows the delivery state (the attribute of docs/web-client.md). */
 export async function waitForTick(page: Page, text: string, state: string, timeout = 15_000): Promise<void> {
   await messagesOf(page).locator(`li[data-delivery-state="${state}"]`, { hasText: text }).waitFor({ timeout });
 }

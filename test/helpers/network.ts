@@ -18,7 +18,7 @@ export interface NetworkServerSpec extends ConfigInput {
   /** Overrides the network's clock for this server. */
   clock?: Clock;
   log?: Logger;
-  /** The server's `call` push (SPEC §5.6), to watch which callees it would wake. */
+  /** The server's `call` push (docs/protocol.md §5.6), to watch which callees it would wake. */
   callPush?: CallPush;
 }
 

@@ -1,5 +1,5 @@
 /**
- * Calls (SPEC §5.6) against real servers on loopback: invites and every signal kind on one server and
+ * Calls (docs/protocol.md §5.6) against real servers on loopback: invites and every signal kind on one server and
  * across servers with ServerAuth on, the sender's own other devices, the `call` push to a callee
  * without a session, who may ring whom (ReceiveCallSignal), and the refusals — each shown to deliver
  * nothing and to leave the sessions, the limits and the other users as they were.
@@ -91,7 +91,7 @@ async function playCall(a: RawClient, b: RawClient): Promise<void> {
   }
 }
 
-describe('calls (SPEC §5.6)', { concurrency: true }, () => {
+describe('calls (docs/protocol.md §5.6)', { concurrency: true }, () => {
   it('one server: an invite rings every session of the callee; every signal kind reaches the other side; the sender’s other sessions see answer, reject and hangup; the sending session no echo', async () => {
     await using net = await startNetwork({ servers: [server('alpha')] });
     const { wsUrl } = net.servers[0]!;
@@ -119,7 +119,7 @@ describe('calls (SPEC §5.6)', { concurrency: true }, () => {
     ]);
     assert.deepEqual(callLog(a1, 'call-1'), expected('bob', CALL_SIGNAL_KINDS), 'no echo of its own signals');
     assert.deepEqual(callLog(a2, 'call-1'), [...expected('bob', CALL_SIGNAL_KINDS), ...expected('alice', ECHOED)]);
-    // The events carry exactly the SPEC's fields.
+    // The events carry exactly the protocol's fields.
     const first = b1.events.find((e) => e.op === 'CallInvite')!;
     assert.deepEqual(first.payload, { fromLogin: 'alice', callId: 'call-1', payloadB64: b64('offer call-1') });
     const answer = a1.events.find((e) => e.op === 'CallSignal')!;

@@ -1,5 +1,5 @@
 /**
- * Directory and session ops of SPEC §4 and §5.1 against a real server: RegisterUser, GetUserProfile,
+ * Directory and session ops of docs/protocol.md §4 and §5.1 against a real server: RegisterUser, GetUserProfile,
  * AuthChallenge/AuthLogin and the static directory file. Each rejection leaves the directory and the
  * other sessions as they were.
  */
@@ -240,7 +240,7 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     const ghost = makeUser('ghost', ['alpha']);
     await using c = await connectRaw(server.wsUrl);
     assertError(await login(c, ghost), 401, 'AUTH_FAILED');
-    // A login that could not be anybody's is unknown too (SPEC §5.1), not a schema error.
+    // A login that could not be anybody's is unknown too (docs/protocol.md §5.1), not a schema error.
     for (const badLogin of ['', 'x'.repeat(65), 'Not A Login']) {
       await c.call('AuthChallenge', {});
       assertError(

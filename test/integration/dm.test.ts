@@ -1,6 +1,6 @@
 /**
- * Direct messages against a real server (SPEC §3, §5.2, §5.3): every error of the pair ops in the
- * SPEC's order, the message life cycle through the SDK, replay after reconnect, history paging and
+ * Direct messages against a real server (docs/protocol.md §3, §5.2, §5.3): every error of the pair ops in the
+ * the protocol's order, the message life cycle through the SDK, replay after reconnect, history paging and
  * settings.
  */
 import assert from 'node:assert/strict';
@@ -77,7 +77,7 @@ const clearBody = (deleteBeforeMs: number) => encodeDeleteConversationBody({ del
  */
 const settled = (c: RawClient) => c.call<OpResults['AckSessionDelivery']>('AckSessionDelivery', { messageKeys: [] });
 
-describe('dm: pair operation errors, in the order of SPEC §5.2', () => {
+describe('dm: pair operation errors, in the order of docs/protocol.md §5.2', () => {
   const clock = new ManualClock();
   const T = clock.now() - 60_000;
   const aliceUser = pairUser('alice');
@@ -805,7 +805,7 @@ describe('dm through the SDK: edits, receipts, deletes, tombstones, idempotency'
   });
 });
 
-describe('dm: reconnect and replay (SPEC §5.3)', () => {
+describe('dm: reconnect and replay (docs/protocol.md §5.3)', () => {
   const clock = new ManualClock();
   const T = clock.now() - 600_000;
   const alice = pairUser('alice');

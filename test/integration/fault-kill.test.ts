@@ -1,5 +1,5 @@
 /**
- * Fault test (SPEC §6 "any process may die between any two steps", §9 "a 200 answer means the data is
+ * Fault test (docs/protocol.md §6 "any process may die between any two steps", §9 "a 200 answer means the data is
  * on stable storage"): the sender's server is killed with SIGKILL in the middle of a burst of sends.
  *
  * Two real `shine serve` processes on loopback: A (`alpha`, alice's server) and B (`beta`, bob's),

@@ -1,5 +1,5 @@
 /**
- * Server sessions and server operations (SPEC §5.1 ServerAuth, §5.4) against real servers: who may
+ * Server sessions and server operations (docs/protocol.md §5.1 ServerAuth, §5.4) against real servers: who may
  * authenticate as a server, what an authenticated server may do, and that every refusal stores nothing.
  * The "other servers" are identities whose keys the test holds, listed in the target's static directory.
  */
@@ -250,7 +250,7 @@ describe('federation security: ServerAuth and server operations', () => {
     const carols = textPair(carol, 'alice');
     assertError(await g.request('ReceiveOutcomingMessage', wholePair(carols)), 403, 'NOT_PEER');
     await assertNothingStored(alpha(), carols);
-    // Sizes come before decoding (SPEC §5.2): an oversized blob is TOO_LARGE even beside an undecodable one.
+    // Sizes come before decoding (docs/protocol.md §5.2): an oversized blob is TOO_LARGE even beside an undecodable one.
     const huge = 'A'.repeat(4 * Math.ceil(70_000 / 3));
     assertError(
       await g.request('ReceiveOutcomingMessage', { incomingBlobB64: 'AAAA', outgoingBlobB64: huge }),

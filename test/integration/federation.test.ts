@@ -1,5 +1,5 @@
 /**
- * Delivery between federated servers (SPEC §6, §5.4) against real in-process servers with the hour
+ * Delivery between federated servers (docs/protocol.md §6, §5.4) against real in-process servers with the hour
  * of retries compressed to 1.6 s through config. Every step waits on something a server shows: an
  * answer, an event, a delivery row, a metric; never on a fixed sleep.
  */
@@ -109,7 +109,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const row = await deliveryRow(net.servers[0]!, m.outgoingKey);
     assert.deepEqual([row?.state, row?.attempt, row?.nextAttemptAtMs], ['delivered', 1, null]);
 
-    // The first attempt's call to beta1 runs on in the background (SPEC §6.2) until it fails; only then
+    // The first attempt's call to beta1 runs on in the background (docs/protocol.md §6.2) until it fails; only then
     // is beta1 back, so any call it gets would be a later attempt.
     await net.servers[0]!.drain();
     // beta1 comes back while beta2 is down, so replication cannot fill it: what it holds is what delivery gave it.
@@ -127,7 +127,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     );
     assert.deepEqual(await debugDelivery(net.servers[0]!, 'accepted'), [], 'alpha has nothing left to deliver');
 
-    // Replication (SPEC §7), not delivery, brings the copy to beta1 once beta2 is back: silently.
+    // Replication (docs/protocol.md §7), not delivery, brings the copy to beta1 once beta2 is back: silently.
     await net.start(2);
     // beta1 may still be backing off from beta2 for a moment: cycles are retried until one pulls the row.
     await waitUntil(async () => (await adminSync(beta1)).dmRows === 1, 10_000, 'a sync cycle on beta1 pulled the copy');
@@ -166,7 +166,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await using a = await connectUser(alpha.wsUrl, alice);
     await (await connectUser(net.servers[1]!.wsUrl, bob, 'desk')).close();
     await (await connectUser(net.servers[2]!.wsUrl, bob, 'phone')).close();
-    // An earlier message, with both up: alpha imports bob, and both of bob's servers get the copy (SPEC §6.2).
+    // An earlier message, with both up: alpha imports bob, and both of bob's servers get the copy (docs/protocol.md §6.2).
     const earlier = textPair(alice, 'bob');
     assert.equal((await sendPair(a, earlier)).deliveryState, 'delivered');
     await waitUntil(

@@ -1,5 +1,5 @@
 /**
- * WebPush against a real server and a real push endpoint on loopback (SPEC §5.5). The endpoint is a
+ * WebPush against a real server and a real push endpoint on loopback (docs/protocol.md §5.5). The endpoint is a
  * plain HTTP server in the test (SHINE_WEBPUSH_ALLOW_INSECURE=1) that checks each request's VAPID JWT
  * and decrypts its body with node:crypto alone, so the library's output is checked independently.
  */

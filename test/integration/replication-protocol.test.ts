@@ -1,5 +1,5 @@
 /**
- * The replication protocol (SPEC §7, §8) against real in-process servers, driven both by the servers'
+ * The replication protocol (docs/protocol.md §7, §8) against real in-process servers, driven both by the servers'
  * own puller (POST /admin/sync, `shine sync`) and by a test socket that authenticates as alpha2 with
  * alpha2's key, so a test can stop between the steps of a cycle: fetch a page, change the data, ACK.
  * alpha1 and alpha2 are the access servers of alice, erin and fay; carol is on alpha1 only, dave on bravo.

@@ -1,5 +1,5 @@
 /**
- * Replication under failure (SPEC §6 "any process may die between any two steps", §7):
+ * Replication under failure (docs/protocol.md §6 "any process may die between any two steps", §7):
  *
  * - A puller killed between storing a page and acking it. alpha1 and alpha2 run as real `shine serve`
  *   processes; alpha1 publishes a relay (test/helpers/ws-proxy.ts) as its wsUrl, so alpha2's puller
@@ -249,7 +249,7 @@ describe('replication: recovery', () => {
     );
     assert.deepEqual(directMessages(bobB).slice(-1), [freshKey]);
     assert.equal(bobB.events.length, bobSaw + 1);
-    // alpha2 forwarded the pair to alpha1, which runs its own first attempt (SPEC §5.4): bravo is called
+    // alpha2 forwarded the pair to alpha1, which runs its own first attempt (docs/protocol.md §5.4): bravo is called
     // twice, stores once.
     await waitUntil(
       async () => (await srv(A1).ctx.store.getDelivery(fresh.outgoingKey))?.state === 'delivered',

@@ -1,7 +1,7 @@
 /**
- * Catch-up replication between a user's two access servers (SPEC §7), against real in-process servers:
+ * Catch-up replication between a user's two access servers (docs/protocol.md §7), against real in-process servers:
  * alice on alpha1 + alpha2, bob on bravo. alpha2 is down while the dialog goes on; one cycle later it
- * holds what alpha1 holds, silently (SPEC §5.3), and nobody got anything twice (SPEC §6.8). Replication
+ * holds what alpha1 holds, silently (docs/protocol.md §5.3), and nobody got anything twice (docs/protocol.md §6.8). Replication
  * runs only at start-up and on demand (POST /admin/sync).
  */
 import assert from 'node:assert/strict';
@@ -230,7 +230,7 @@ describe('replication: catch-up of an access server that was down', () => {
     assert.equal(await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage'), bravoReceived);
   });
 
-  it('synced pairs take their delivery state from the source: delivered there → delivered, past the hour → failed, else accepted (SPEC §6.8)', async () => {
+  it('synced pairs take their delivery state from the source: delivered there → delivered, past the hour → failed, else accepted (docs/protocol.md §6.8)', async () => {
     // One shared clock that the test can move two hours on; timers stay real.
     const clock: Clock & { offsetMs: number } = {
       offsetMs: 0,

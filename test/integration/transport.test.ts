@@ -1,5 +1,5 @@
 /**
- * Transport rules of SPEC §5 and §8 against a real server: every rejected frame gets its code, changes
+ * Transport rules of docs/protocol.md §5 and §8 against a real server: every rejected frame gets its code, changes
  * nothing, and leaves other sessions (and the rejected socket, unless the rule closes it) working.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * Two delivery workers on ONE database never run the same attempt twice (SPEC §6.6: a lease and a
+ * Two delivery workers on ONE database never run the same attempt twice (docs/protocol.md §6.6: a lease and a
  * compare-and-set on row_version).
  *
  * Setup, all real: three `shine serve` processes. A1 and A2 are the same logical server `alpha` (same
@@ -12,7 +12,7 @@
  *
  * Then, while both workers poll, the test opens a third connection to the file and stores ROWS pairs
  * with the store's own storePair in one burst, each with a delivery row `accepted`, attempt 0, due now
- * (the shape replication gives a pair nobody has tried yet, SPEC §6.8). Both workers see the same due
+ * (the shape replication gives a pair nobody has tried yet, docs/protocol.md §6.8). Both workers see the same due
  * rows within a tick and race for them.
  *
  * The server-to-server timeout is 500 ms, so a lease (3 timeouts) is 1.5 s: shorter than the rows take

@@ -1,5 +1,5 @@
 /**
- * Property tests of the SHiNE_DM v1 codec (SPEC §3): round trips of all eight types, rejection of every
+ * Property tests of the SHiNE_DM v1 codec (docs/protocol.md §3): round trips of all eight types, rejection of every
  * single-byte change of a signed container, and robustness against arbitrary bytes.
  */
 import assert from 'node:assert/strict';
@@ -206,7 +206,7 @@ describe('round trip', () => {
 });
 
 describe('every single-byte change is rejected', () => {
-  it('the SPEC vector: all 255 other values at each of its 134 positions (sodium)', () => {
+  it('the test vector: all 255 other values at each of its 134 positions (sodium)', () => {
     assert.ok(accepted(VECTOR, VECTOR_KEY, sodiumVerifier));
     let verified = 0;
     for (let at = 0; at < VECTOR.length; at++) {
@@ -223,7 +223,7 @@ describe('every single-byte change is rejected', () => {
     assert.ok(verified >= (18 + 64) * 255, `only ${verified} changes reached verification`);
   });
 
-  it('the SPEC vector: bits 0 and 7 of each position (noble, the client verifier)', () => {
+  it('the test vector: bits 0 and 7 of each position (noble, the client verifier)', () => {
     for (let at = 0; at < VECTOR.length; at++) {
       for (const mask of [0x01, 0x80]) {
         assert.equal(
@@ -235,7 +235,7 @@ describe('every single-byte change is rejected', () => {
     }
   });
 
-  it('the SPEC vector: truncated at every length, or with any byte appended', () => {
+  it('the test vector: truncated at every length, or with any byte appended', () => {
     for (let n = 0; n < VECTOR.length; n++) {
       const r = tryDecode(VECTOR.subarray(0, n));
       assert.ok(r instanceof ContainerError && r.reason === 'TRUNCATED', `length ${n}`);

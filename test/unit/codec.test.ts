@@ -1,5 +1,5 @@
 /**
- * SHiNE_DM v1 codec (SPEC §3): every decode rejection from hex literals, body layouts, keys, pair
+ * SHiNE_DM v1 codec (docs/protocol.md §3): every decode rejection from hex literals, body layouts, keys, pair
  * consistency and strict base64.
  */
 import assert from 'node:assert/strict';
@@ -32,7 +32,7 @@ import {
 } from '../../src/protocol/container.js';
 import { ed25519PublicKey } from '../../src/protocol/ed25519.js';
 
-// The SPEC §3 vector, field by field (byte offsets on the right).
+// The docs/protocol.md §3 vector, field by field (byte offsets on the right).
 const MAGIC = '5348694e455f444d'; //                0..7   "SHiNE_DM"
 const V1 = '01'; //                                 8      formatVersion
 const T1 = '01'; //                                 9      messageType
@@ -94,7 +94,7 @@ const text: ContainerFields = {
 };
 
 describe('decodeContainer accepts', () => {
-  it('the SPEC vector assembled from its fields', () => {
+  it('the test vector assembled from its fields', () => {
     assert.equal(fromHex(VECTOR).length, 134);
     const c = decodeContainer(fromHex(VECTOR));
     assert.equal(c.messageType, 1);

@@ -8,7 +8,7 @@ import webpush from 'web-push';
 import { configInputFromEnv } from '../../src/server/config/env.js';
 
 describe('resolveConfig', () => {
-  it('fills every SPEC §10 default', () => {
+  it('fills every docs/protocol.md §10 default', () => {
     const c = resolveConfig({});
     assert.equal(c.host, '127.0.0.1');
     assert.equal(c.port, 8080);
@@ -98,7 +98,7 @@ describe('resolveConfig', () => {
 });
 
 describe('configInputFromEnv', () => {
-  it('maps the SPEC §10 variables and ignores empty ones', () => {
+  it('maps the docs/protocol.md §10 variables and ignores empty ones', () => {
     const input = configInputFromEnv({
       SHINE_HOST: '0.0.0.0',
       SHINE_PORT: '9999',
@@ -188,7 +188,7 @@ describe('config-file-only settings', () => {
   });
 });
 
-describe('WebPush settings (SPEC §5.5)', () => {
+describe('WebPush settings (docs/protocol.md §5.5)', () => {
   const keys = webpush.generateVAPIDKeys();
 
   it('reads the SHINE_VAPID_* and SHINE_WEBPUSH_* variables, with defaults', () => {

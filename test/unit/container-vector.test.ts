@@ -11,7 +11,7 @@ f55a6139d0121eb6b61c6f0e9e5dba942219d30e8e36f5aca7d52256664b8517d590647e88197cde
 
 const seed = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
 
-describe('SPEC §3 test vector', () => {
+describe('docs/protocol.md §3 test vector', () => {
   it('derives the published public key from seed 1..32', () => {
     assert.equal(toBase64(ed25519PublicKey(seed)), 'ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=');
   });

@@ -1,4 +1,4 @@
-/** The pure parts of WebPush (SPEC §5.5): answers' verdicts, Retry-After, endpoint and key spellings. */
+/** The pure parts of WebPush (docs/protocol.md §5.5): answers' verdicts, Retry-After, endpoint and key spellings. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { verdictOf } from '../../src/server/push/service.js';

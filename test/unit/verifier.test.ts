@@ -35,7 +35,7 @@ function verdict(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Arr
 }
 
 describe('Ed25519 verifiers agree', () => {
-  it('on the SPEC vector container, and on it changed', () => {
+  it('on the test vector container, and on it changed', () => {
     const c = decodeContainer(VECTOR);
     for (const [name, v] of verifiers) assert.ok(verifyContainer(c, vectorKey, v), name);
     const signed = VECTOR.subarray(0, c.signedLength);

@@ -1,4 +1,4 @@
-/** The web client's chat model: the tick rules of SPEC §12 and idempotent merging of events and pages. */
+/** The web client's chat model: the tick rules of docs/web-client.md and idempotent merging of events and pages. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ChatMessage } from '../../web/src/chat.js';
@@ -28,7 +28,7 @@ describe('ticks', () => {
     assert.equal(tickOf(mine({ mine: false, deliveryState: null })), null);
   });
 
-  it('have the accessible texts of the SPEC', () => {
+  it('have the accessible texts of the client contract', () => {
     assert.deepEqual(TICK_TEXT, {
       accepted: 'Sent',
       delivered: 'Delivered',

@@ -1,5 +1,5 @@
 /**
- * Tests (a) and (g) of the web client (SPEC §12): alice on alpha and bob on beta register, chat across
+ * Tests (a) and (g) of the web client (docs/web-client.md): alice on alpha and bob on beta register, chat across
  * the two servers, and alice's ticks go accepted → delivered → read; beta restarts in between, so bob's
  * page shows its offline state and reconnects by itself.
  */

@@ -1,4 +1,4 @@
-/** GET / serves the built web client (SPEC §8, §12) with the right content types and caching. */
+/** GET / serves the built web client (docs/protocol.md §8, §12) with the right content types and caching. */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { TestNetwork } from '../helpers/network.js';

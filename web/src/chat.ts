@@ -1,10 +1,10 @@
-/** The messages of one open dialog and the tick rules of SPEC §12; pure, so Node tests run it too. */
+/** The messages of one open dialog and the tick rules of docs/web-client.md; pure, so Node tests run it too. */
 import type { DeliveryState, HistoryEntry } from '../../src/client/index.js';
 
 /** What the sender sees on an own message: the delivery state, or `read` once a receipt arrived. */
 export type Tick = DeliveryState | 'read';
 
-/** The accessible text of each tick (SPEC §12: an exact contract). */
+/** The accessible text of each tick (docs/web-client.md: an exact contract). */
 export const TICK_TEXT: Record<Tick, string> = {
   accepted: 'Sent',
   delivered: 'Delivered',

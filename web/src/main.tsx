@@ -1,4 +1,4 @@
-/** Entry point of the web client (SPEC §12). */
+/** Entry point of the web client (docs/web-client.md). */
 import { render } from 'preact';
 import { App } from './app.js';
 import './styles.css';

@@ -12,7 +12,7 @@ import { fromBase64, toBase64 } from '../../src/protocol/bytes.js';
 export interface Account {
   identity: Identity;
   profile: UserProfile;
-  /** This browser's device; an imported backup gets a new one (SPEC §5.1: a second device). */
+  /** This browser's device; an imported backup gets a new one (docs/protocol.md §5.1: a second device). */
   deviceId: string;
 }
 
@@ -63,7 +63,7 @@ function decodeAccount(raw: Uint8Array): { identity: Identity; profile: UserProf
   return { identity, profile: o.profile, deviceId: typeof o.deviceId === 'string' ? o.deviceId : null };
 }
 
-/** A random deviceId (SPEC §5.1: 1..64 of [A-Za-z0-9_-]). */
+/** A random deviceId (docs/protocol.md §5.1: 1..64 of [A-Za-z0-9_-]). */
 export function newDeviceId(): string {
   return (
     'web-' +

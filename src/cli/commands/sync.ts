@@ -1,4 +1,4 @@
-/** `shine sync`: one replication cycle now (POST /admin/sync, SPEC §8). */
+/** `shine sync`: one replication cycle now (POST /admin/sync, docs/protocol.md §8). */
 import type { Command } from 'commander';
 import type { SyncCycleSummary } from '../../protocol/ops.js';
 import { httpCall, httpServerUrl } from '../connection.js';

@@ -1,4 +1,4 @@
-/** Admin and debug HTTP routes (SPEC §8), all behind the admin token. */
+/** Admin and debug HTTP routes (docs/protocol.md §8), all behind the admin token. */
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryState } from '../../protocol/ops.js';
 import type { DeliveryTrouble } from '../delivery/trouble.js';

@@ -1,4 +1,4 @@
-/** AuthChallenge and AuthLogin (SPEC §5.1): a user session bound to one login and device. */
+/** AuthChallenge and AuthLogin (docs/protocol.md §5.1): a user session bound to one login and device. */
 import { randomBytes } from 'node:crypto';
 import { toBase64 } from '../../protocol/bytes.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';

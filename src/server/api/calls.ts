@@ -1,4 +1,4 @@
-/** Call signalling (SPEC §5.6): thin bindings of the registry to the call service. */
+/** Call signalling (docs/protocol.md §5.6): thin bindings of the registry to the call service. */
 import type { CallService } from '../calls/service.js';
 import type { OpRegistry } from './registry.js';
 

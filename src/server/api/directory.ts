@@ -1,4 +1,4 @@
-/** RegisterUser and GetUserProfile (SPEC §5.1): open to any socket, no session needed. */
+/** RegisterUser and GetUserProfile (docs/protocol.md §5.1): open to any socket, no session needed. */
 import { ShineError } from '../../protocol/errors.js';
 import type { Directory } from '../directory/service.js';
 import type { OpRegistry } from './registry.js';

@@ -1,4 +1,4 @@
-/** DM and settings operations (SPEC §5.2): thin bindings of the registry to the DM service. */
+/** DM and settings operations (docs/protocol.md §5.2): thin bindings of the registry to the DM service. */
 import type { DmService } from '../dm/service.js';
 import type { OpRegistry } from './registry.js';
 

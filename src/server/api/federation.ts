@@ -1,4 +1,4 @@
-/** Server operations (SPEC §5.1, §5.4). ServerAuth is what makes a socket a server session. */
+/** Server operations (docs/protocol.md §5.1, §5.4). ServerAuth is what makes a socket a server session. */
 import type { FederationService } from '../federation/service.js';
 import type { OpRegistry } from './registry.js';
 

@@ -1,4 +1,4 @@
-/** WebPush operations (SPEC §5.5) and GET /debug/push: thin bindings of the registry to the push area. */
+/** WebPush operations (docs/protocol.md §5.5) and GET /debug/push: thin bindings of the registry to the push area. */
 import { ShineError } from '../../protocol/errors.js';
 import type { PushService } from '../push/service.js';
 import type { AdminRoute } from './admin.js';

@@ -1,4 +1,4 @@
-/** Replication operations (SPEC §7); who may call them is checked by ReplicationService. */
+/** Replication operations (docs/protocol.md §7); who may call them is checked by ReplicationService. */
 import type { ReplicationService } from '../replication/service.js';
 import type { OpRegistry } from './registry.js';
 

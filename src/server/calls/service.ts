@@ -1,5 +1,5 @@
 /**
- * Call signalling (SPEC §5.6): invites and signals go to the callee's sessions here, a `call` push to
+ * Call signalling (docs/protocol.md §5.6): invites and signals go to the callee's sessions here, a `call` push to
  * its devices without one, and to its other access servers through ReceiveCallSignal. Nothing of a
  * call is stored, and nothing is retried: a call that cannot ring now does not ring.
  */
@@ -17,7 +17,7 @@ import type { Logger } from '../log.js';
 import type { Session, SessionHub } from '../sessions.js';
 import { KeyedTokenBuckets } from '../transport/rate-limit.js';
 
-/** Wakes a callee's devices that have no open session (SPEC §5.5); returns how many pushes were queued. */
+/** Wakes a callee's devices that have no open session (docs/protocol.md §5.5); returns how many pushes were queued. */
 export interface CallPush {
   notifyCall(owner: string, fromLogin: string, callId: string): number | Promise<number>;
 }
@@ -34,7 +34,7 @@ export interface CallDeps {
   sourceOf(session: Session, sourceServerLogin: string | undefined): string | null;
 }
 
-/** SPEC §5.6: per sending login, 30 invites and 600 signals a minute. */
+/** docs/protocol.md §5.6: per sending login, 30 invites and 600 signals a minute. */
 export const CALL_LIMITS = {
   invite: { perSecond: 30 / 60, burst: 30 },
   signal: { perSecond: 600 / 60, burst: 600 },
@@ -181,7 +181,7 @@ export class CallService {
 
 const count = (n: unknown): number => (Number.isSafeInteger(n) && (n as number) >= 0 ? (n as number) : 0);
 
-/** A payload is opaque, but must be base64 of at most 16 KiB (SPEC §5.6). */
+/** A payload is opaque, but must be base64 of at most 16 KiB (docs/protocol.md §5.6). */
 function checkPayload(payloadB64: string): void {
   if (base64DecodedLength(payloadB64) > MAX_CALL_PAYLOAD) {
     throw new ShineError('TOO_LARGE', `a call payload is at most ${MAX_CALL_PAYLOAD} bytes`);

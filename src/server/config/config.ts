@@ -1,5 +1,5 @@
 /**
- * Typed, validated server configuration (SPEC §10). Env, config file and flags all produce a
+ * Typed, validated server configuration (docs/protocol.md §10). Env, config file and flags all produce a
  * ConfigInput; resolveConfig applies the defaults and every cross-field check in one place.
  */
 import { join } from 'node:path';
@@ -50,7 +50,7 @@ export interface Config {
   authChallengeTtlMs: number;
   maxTimeSkewMs: number;
   deviceForgetMs: number;
-  /** A remote user's imported profile older than this is refreshed before delivering to it (SPEC §4). */
+  /** A remote user's imported profile older than this is refreshed before delivering to it (docs/protocol.md §4). */
   profileRefreshMs: number;
   /** Delivery attempts running at once. */
   deliveryPoolSize: number;
@@ -62,7 +62,7 @@ export interface Config {
   wsPingIntervalMs: number;
   /** Pages one replication pull of one owner may take in a cycle; a peer that pages on past it is cut off. */
   syncMaxPages: number;
-  /** WebPush (SPEC §5.5): this server's VAPID key pair, unpadded base64url; made and kept in the database when unset. */
+  /** WebPush (docs/protocol.md §5.5): this server's VAPID key pair, unpadded base64url; made and kept in the database when unset. */
   vapid?: { publicKey: string; privateKey: string } | undefined;
   /** VAPID subject; default `mailto:admin@<serverLogin>.invalid`. */
   vapidSubject: string;

@@ -1,5 +1,5 @@
 /**
- * Reads the SPEC §10 environment variables (and the optional SHINE_CONFIG_FILE under them) into a
+ * Reads the docs/protocol.md §10 environment variables (and the optional SHINE_CONFIG_FILE under them) into a
  * ConfigInput. The only module of the server that touches process.env; callers pass it in.
  */
 import { readFileSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * The delivery engine of SPEC §6: the first attempt before the answer, the forward to the sender's
+ * The delivery engine of docs/protocol.md §6: the first attempt before the answer, the forward to the sender's
  * second server, and a worker that retries due rows on the configured schedule until `delivered` or
  * `failed`. Rows are claimed with a lease and a row-version compare-and-set, so several workers
  * (threads or processes) on one database never run the same attempt twice.
@@ -112,7 +112,7 @@ export class DeliveryEngine {
   }
 
   /**
-   * The first attempt (SPEC §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
+   * The first attempt (docs/protocol.md §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
    * routes in parallel and resolves after the first success or after all failed, with the revision's
    * state then and whether this attempt changed it (only such a change is this attempt's to report:
    * the worker reports its own). The remaining calls run on in the background; then the pair goes to
@@ -156,7 +156,7 @@ export class DeliveryEngine {
         outcome
           .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
           .catch((err: unknown) => {
-            // Expected while the peer is down: replication (SPEC §7) repairs a failed forward.
+            // Expected while the peer is down: replication (docs/protocol.md §7) repairs a failed forward.
             this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
           }),
       );
@@ -167,7 +167,7 @@ export class DeliveryEngine {
 
   /**
    * An outcome of a first attempt that comes after the answer reaches the sender's sessions here as
-   * an event (SPEC §6.2, §6.7), when the attempt changed the state.
+   * an event (docs/protocol.md §6.2, §6.7), when the attempt changed the state.
    */
   reportLate(first: Promise<FirstAttemptOutcome>, senderLogin: string, baseKey: string, outgoingKey: string): void {
     this.deps.background.run('first attempt outcome', { key: outgoingKey }, async () => {
@@ -177,10 +177,10 @@ export class DeliveryEngine {
   }
 
   /**
-   * One attempt's calls: the recipient's routes read afresh (SPEC §4, §6.4: a profile older than
+   * One attempt's calls: the recipient's routes read afresh (docs/protocol.md §4, §6.4: a profile older than
    * profileRefreshMs is refreshed first, waited for at most refreshWaitMs), then delivered to in
    * parallel. True at the first success — or at once when this server is one of the recipient's (its
-   * copy counts, SPEC §6.2), while the calls to the recipient's other server still run to their end.
+   * copy counts, docs/protocol.md §6.2), while the calls to the recipient's other server still run to their end.
    */
   private async deliverTo(
     recipientLogin: string,
@@ -292,7 +292,7 @@ export class DeliveryEngine {
     if (mine) await this.attempt(mine);
   }
 
-  /** Runs one claimed attempt and writes its outcome (SPEC §6.4–6.5). */
+  /** Runs one claimed attempt and writes its outcome (docs/protocol.md §6.4–6.5). */
   private async attempt(row: DeliveryRow): Promise<void> {
     const { store, clock, config, directory } = this.deps;
     const schedule = config.retryScheduleMs;
@@ -376,7 +376,7 @@ export class DeliveryEngine {
     if (update.state !== row.state) this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state);
   }
 
-  /** DmDeliveryStateChanged to the sender's sessions on this server (SPEC §6.7). */
+  /** DmDeliveryStateChanged to the sender's sessions on this server (docs/protocol.md §6.7). */
   notify(senderLogin: string, baseKey: string, outgoingKey: string, deliveryState: DeliveryState): void {
     const event: DeliveryStateChangedEvent = { baseKey, outgoingKey, deliveryState };
     this.deps.hub.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));

@@ -1,5 +1,5 @@
 /**
- * The directory (SPEC §4): users' signed profiles and servers' descriptors, from local registration,
+ * The directory (docs/protocol.md §4): users' signed profiles and servers' descriptors, from local registration,
  * the static file and (later) import from other servers. Decides what a profile may replace.
  */
 import { readFile } from 'node:fs/promises';
@@ -93,7 +93,7 @@ export class Directory {
 
   /**
    * The user's current profile and decoded keys: known here, or else imported from the known servers
-   * (SPEC §4). With refreshAfterMs, an imported profile older than that is refreshed from its access
+   * (docs/protocol.md §4). With refreshAfterMs, an imported profile older than that is refreshed from its access
    * servers first, so route changes are followed.
    */
   async lookup(
@@ -182,7 +182,7 @@ export class Directory {
 
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
-   * server in the profile's own accessServers, and pins it (SPEC §4). The servers are asked all at
+   * server in the profile's own accessServers, and pins it (docs/protocol.md §4). The servers are asked all at
    * once under one deadline, firstAttemptWaitMs (a call timeout when that is 0): a SendMessagePair
    * to an unknown login answers in that time however many known servers are unreachable.
    */
@@ -332,7 +332,7 @@ export class Directory {
   }
 
   /**
-   * RegisterUser (SPEC §5.1): a well-formed profile (else BAD_FIELDS) with a valid signature (else
+   * RegisterUser (docs/protocol.md §5.1): a well-formed profile (else BAD_FIELDS) with a valid signature (else
    * BAD_SIGNATURE) naming this server (else LOCAL_SERVER_NOT_ACCESS_SERVER) that is new, or the same
    * key with a higher version (else PROFILE_CONFLICT). The identical stored profile again succeeds.
    */

@@ -29,7 +29,7 @@ export interface DmDeps {
   background: BackgroundQueue;
   /** Remote delivery; absent on a server that is not federated. */
   delivery?: DeliveryEngine | undefined;
-  /** WebPush to the owner's devices without a session (SPEC §5.5). */
+  /** WebPush to the owner's devices without a session (docs/protocol.md §5.5). */
   push?: Pick<PushService, 'notifyMessage'> | undefined;
 }
 
@@ -75,7 +75,7 @@ export class DmService {
   }
 
   /**
-   * The checks of SPEC §5.2, in its order; nothing is stored before all pass.
+   * The checks of docs/protocol.md §5.2, in its order; nothing is stored before all pass.
    * `sender` is the login the pair must come from.
    */
   async checkPair(op: PairOp, payload: OpPayload<PairOp>, sender: string | null): Promise<CheckedPair> {
@@ -142,7 +142,7 @@ export class DmService {
 
   /**
    * Stores a checked pair in one transaction with its outbox rows and its delivery row — `delivered` at
-   * once when the recipient's profile lists this server (the local copy counts, SPEC §6.2), otherwise
+   * once when the recipient's profile lists this server (the local copy counts, docs/protocol.md §6.2), otherwise
    * `accepted` with the first attempt left to the caller and the worker owning the row from the second
    * offset on, even if this process dies meanwhile — then sends the new copies to their owners' sessions.
    * `from` is the server the pair came from (the sender's other access server), null for a client's send.

@@ -1,5 +1,5 @@
 /**
- * Outgoing server-to-server channel (SPEC §5.1, §5.4): one persistent, multiplexed WebSocket per peer
+ * Outgoing server-to-server channel (docs/protocol.md §5.1, §5.4): one persistent, multiplexed WebSocket per peer
  * server, authenticated with ServerAuth, requests matched by requestId with a per-call timeout, and
  * reconnection with exponential backoff.
  */
@@ -45,7 +45,7 @@ export class PeerUnavailableError extends Error {
 }
 
 /**
- * Heartbeats (SPEC §5.4 is silent; see docs/protocol.md): a connection pings every timeoutMs / 3 and
+ * Heartbeats (docs/protocol.md §5.4 is silent; see docs/protocol.md): a connection pings every timeoutMs / 3 and
  * is dropped when a ping has gone unanswered by the next one, so a half-open connection is found
  * within 2/3 of the call timeout after it went silent — before the calls waiting on it time out —
  * and the next call dials afresh.
@@ -66,7 +66,7 @@ class PeerConnection {
     private readonly deps: PeerPoolDeps,
   ) {}
 
-  /** One call within one timeout (SPEC §6.2), all of it: a backoff wait, dialling, ServerAuth, the request. */
+  /** One call within one timeout (docs/protocol.md §6.2), all of it: a backoff wait, dialling, ServerAuth, the request. */
   async call(op: string, payload: object): Promise<unknown> {
     const deadline = this.deps.clock.now() + this.deps.timeoutMs;
     await this.byDeadline(this.connect(deadline), deadline, `${op} timed out while connecting`);

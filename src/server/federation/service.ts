@@ -1,4 +1,4 @@
-/** Server operations of SPEC §5.1 and §5.4: ServerAuth and receiving copies from other servers. */
+/** Server operations of docs/protocol.md §5.1 and §5.4: ServerAuth and receiving copies from other servers. */
 import { baseKeyOf, outgoingKeyOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText, verifyText } from '../../protocol/identity.js';
@@ -80,7 +80,7 @@ export class FederationService {
   }
 
   /**
-   * The calling server: the authenticated one, or with s2sAuth off the payload's claim (SPEC §5.1).
+   * The calling server: the authenticated one, or with s2sAuth off the payload's claim (docs/protocol.md §5.1).
    * A payload that names another server than the authenticated one is refused.
    */
   sourceOf(session: Session, sourceServerLogin: string | undefined): string | null {
@@ -102,7 +102,7 @@ export class FederationService {
     const copy = decodeBlob(p.incomingBlobB64);
     if (copy.messageType % 2 !== 1)
       throw new ShineError('BAD_PAIR', 'ReceiveIncomingMessage takes an incoming (odd) copy');
-    // A recipient this server does not know is not one of its users (SPEC §5.4: else 403).
+    // A recipient this server does not know is not one of its users (docs/protocol.md §5.4: else 403).
     const to = await directory.lookup(copy.toLogin, { noImport: true });
     if (!to?.accessServers.includes(config.serverLogin)) {
       throw new ShineError('LOCAL_SERVER_NOT_ACCESS_SERVER', `this server is not an access server of ${copy.toLogin}`);
@@ -138,11 +138,11 @@ export class FederationService {
     const { config, directory, dm, delivery } = this.deps;
     if (!p.incomingBlobB64 || !p.outgoingBlobB64)
       throw new ShineError('BAD_FIELDS', 'incomingBlobB64 and outgoingBlobB64 are required');
-    // SPEC §5.2 order: sizes before decoding.
+    // docs/protocol.md §5.2 order: sizes before decoding.
     checkBlobSize(p.incomingBlobB64);
     checkBlobSize(p.outgoingBlobB64);
     const type = decodeBlob(p.incomingBlobB64).messageType;
-    // The caller first (SPEC §5.4: else 403 NOT_PEER): this server and the caller must be the sender's
+    // The caller first (docs/protocol.md §5.4: else 403 NOT_PEER): this server and the caller must be the sender's
     // two access servers (a sender new here is imported, from the servers its profile lists); only
     // then the pair's own checks.
     const from = decodeBlob(p.outgoingBlobB64).fromLogin;
@@ -162,14 +162,14 @@ export class FederationService {
     if (stored.fresh && !local && stored.routes.length > 0) {
       // Answered at once; this server's own first attempt runs on, and never forwards back.
       const outgoingKey = stored.result.outgoing.messageKey;
-      // The sender's sessions here learn the outcome too (SPEC §6.7).
+      // The sender's sessions here learn the outcome too (docs/protocol.md §6.7).
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null);
       delivery.reportLate(first, pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey);
     }
     return stored.answer;
   }
 
-  /** GetDmDeliveryStatus, single or batch (SPEC §5.4). Read-only. */
+  /** GetDmDeliveryStatus, single or batch (docs/protocol.md §5.4). Read-only. */
   async deliveryStatus(
     p: { messageKey?: string | undefined; messageKeys?: string[] | undefined; sourceServerLogin?: string | undefined },
     session: Session,

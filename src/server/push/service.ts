@@ -1,5 +1,5 @@
 /**
- * WebPush to devices without an open session (SPEC §5.5): subscriptions, the content-free pushes for
+ * WebPush to devices without an open session (docs/protocol.md §5.5): subscriptions, the content-free pushes for
  * stored messages and call invites, and the bounded send queue with retries and per-subscription health.
  */
 import { createHmac } from 'node:crypto';
@@ -25,7 +25,7 @@ export interface PushDeps {
   vapid: VapidIdentity;
 }
 
-/** The pushes' plaintext: never a blob, text or setting (SPEC §5.5). */
+/** The pushes' plaintext: never a blob, text or setting (docs/protocol.md §5.5). */
 export type PushMessage =
   | { v: 1; kind: 'dm'; fromLogin: string; messageKey: string }
   | { v: 1; kind: 'call'; fromLogin: string; callId: string }

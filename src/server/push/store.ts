@@ -1,4 +1,4 @@
-/** What the push area needs from the database (SPEC §5.5, §9): subscriptions, their health, VAPID keys. */
+/** What the push area needs from the database (docs/protocol.md §5.5, §9): subscriptions, their health, VAPID keys. */
 
 /** One stored WebPush subscription with its health. Keys are unpadded base64url. */
 export interface PushSubscriptionRow {

@@ -1,4 +1,4 @@
-/** The checks of UpsertPushToken (SPEC §5.5): which endpoints and keys a subscription may have. */
+/** The checks of UpsertPushToken (docs/protocol.md §5.5): which endpoints and keys a subscription may have. */
 import { ECDH } from 'node:crypto';
 import { isIP } from 'node:net';
 import { ShineError } from '../../protocol/errors.js';

@@ -1,5 +1,5 @@
 /**
- * Replication between a user's two access servers (SPEC §7): the server side of DmSyncBatch,
+ * Replication between a user's two access servers (docs/protocol.md §7): the server side of DmSyncBatch,
  * UserSettingsSyncBatch and MarkAllUserSettingsUnsynced, and the puller that runs a cycle at start-up,
  * every syncIntervalMs and on demand.
  */
@@ -56,7 +56,7 @@ interface SyncCursor {
   key: string;
 }
 
-/** One page of either pull protocol of SPEC §7, with the cursor to ask from next. */
+/** One page of either pull protocol of docs/protocol.md §7, with the cursor to ask from next. */
 interface SyncPage<Item> {
   items: Item[];
   next: SyncCursor;
@@ -133,7 +133,7 @@ export class ReplicationService {
 
   // ---- server side ----
 
-  /** Checks common to the sync ops: the caller is the owner's other access server (SPEC §7). */
+  /** Checks common to the sync ops: the caller is the owner's other access server (docs/protocol.md §7). */
   private async checkPeer(p: SyncBatchPayload, session: Session): Promise<string> {
     const source = this.deps.federation.sourceOf(session, p.sourceServerLogin);
     const owner = p.ownerLogin ?? '';
@@ -312,7 +312,7 @@ export class ReplicationService {
   }
 
   /**
-   * Pulls pages to the end (SPEC §7): each page is stored, then acked with the next request, until a
+   * Pulls pages to the end (docs/protocol.md §7): each page is stored, then acked with the next request, until a
    * page is empty. A row committed just as a page was read can sort behind the cursor (same storedAtMs
    * millisecond, smaller key); so a pass that moved the cursor is followed by one more from the start,
    * where only unsynced rows are left, and such a row still arrives in this cycle (rows refused in the
@@ -359,7 +359,7 @@ export class ReplicationService {
 
   /**
    * Outbox flags for a page's pairs, by recipient. The owner's rows came from its other access server
-   * (synced); a recipient who is a user of this server too gets a row of its own (SPEC §7: every event
+   * (synced); a recipient who is a user of this server too gets a row of its own (docs/protocol.md §7: every event
    * stored for a local owner has one), synced only when the peer is that recipient's other server too.
    */
   private async pairOutboxes(
@@ -384,7 +384,7 @@ export class ReplicationService {
 
   /**
    * Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows
-   * per SPEC §6.8. Returns the syncIds to ack: a row that does not verify is skipped, not acked.
+   * per docs/protocol.md §6.8. Returns the syncIds to ack: a row that does not verify is skipped, not acked.
    */
   private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
     const { dm, store, clock, config } = this.deps;
@@ -458,7 +458,7 @@ export class ReplicationService {
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
 
-/** A sync page request with the SPEC §7 defaults; each protocol names its own cursor key. */
+/** A sync page request with the docs/protocol.md §7 defaults; each protocol names its own cursor key. */
 function pageQuery(owner: string, p: SyncBatchPayload, afterKey: string | undefined): SyncPageQuery {
   return {
     owner,

@@ -1,7 +1,7 @@
 /**
  * The storage contract. SQLite (src/server/store/sqlite) implements it now; a PostgreSQL
  * implementation will satisfy the same interface. Every method is atomic: it runs in one transaction
- * and, when its promise resolves, what it wrote is on stable storage (SPEC §9).
+ * and, when its promise resolves, what it wrote is on stable storage (docs/protocol.md §9).
  *
  * The store holds the data rules that must hold inside one transaction (latest revision wins,
  * tombstones win, receipts set readAt, outbox rows follow copies). Decisions that need the network or
@@ -35,7 +35,7 @@ export interface CopyResult {
   storedAtMs: number;
 }
 
-/** How to write the outbox row(s) for the copies of one store call (SPEC §7). */
+/** How to write the outbox row(s) for the copies of one store call (docs/protocol.md §7). */
 export interface OutboxPolicy {
   /**
    * The copies' owners that get an outbox row (the local users among them), each with its row's
@@ -55,9 +55,9 @@ export interface StorePairInput {
    * outgoing copy was inserted or updated to a newer revision.
    */
   delivery: { state: DeliveryState; attempt: number; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
-  /** The sending session's device: its own copies count as acknowledged (SPEC §5.3). */
+  /** The sending session's device: its own copies count as acknowledged (docs/protocol.md §5.3). */
   senderDevice?: { login: string; deviceId: string } | undefined;
-  /** Stored by catch-up sync: never replayed to devices (SPEC §5.3). */
+  /** Stored by catch-up sync: never replayed to devices (docs/protocol.md §5.3). */
   silent?: boolean;
 }
 
@@ -72,7 +72,7 @@ export interface StoreCopyInput {
   copy: Container;
   nowMs: number;
   outbox: OutboxPolicy;
-  /** Stored by catch-up sync: never replayed to devices (SPEC §5.3). */
+  /** Stored by catch-up sync: never replayed to devices (docs/protocol.md §5.3). */
   silent?: boolean;
 }
 
@@ -111,7 +111,7 @@ export interface SetSettingInput {
   synced: boolean;
 }
 
-/** A delivery row (SPEC §6) of one outgoing pair. */
+/** A delivery row (docs/protocol.md §6) of one outgoing pair. */
 export interface DeliveryRow {
   outgoingKey: string;
   baseKey: string;
@@ -136,7 +136,7 @@ export interface DeliveryUpdate {
   lastError: string | null;
 }
 
-/** One page of a sync protocol (SPEC §7), after the acks of the previous page were applied. */
+/** One page of a sync protocol (docs/protocol.md §7), after the acks of the previous page were applied. */
 export interface SyncPageQuery {
   owner: string;
   ackSyncIds: readonly string[];
@@ -168,7 +168,7 @@ export interface Store {
   getMeta(key: string): Promise<string | null>;
   setMeta(key: string, value: string): Promise<void>;
 
-  // ---- directory (SPEC §4) ----
+  // ---- directory (docs/protocol.md §4) ----
   getUser(login: string): Promise<UserRecord | null>;
   /** Writes the profile and its access servers; the caller has checked signature and version rules. */
   putUser(profile: UserProfile, source: ProfileSource, nowMs: number): Promise<void>;
@@ -176,7 +176,7 @@ export interface Store {
   putServer(descriptor: ServerDescriptor, source: ServerRecord['source']): Promise<void>;
   listServers(): Promise<ServerRecord[]>;
 
-  // ---- direct messages (SPEC §3, §5.2) ----
+  // ---- direct messages (docs/protocol.md §3, §5.2) ----
   /** Stores both copies of a pair, its delivery row and outbox rows in one transaction. */
   storePair(input: StorePairInput): Promise<StorePairResult>;
   /** Stores one copy (an incoming copy from another server, or a single copy from sync). */
@@ -185,7 +185,7 @@ export interface Store {
   getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }>;
   getConversations(owner: string, limit: number): Promise<ConversationRow[]>;
 
-  // ---- delivery rows (SPEC §6) ----
+  // ---- delivery rows (docs/protocol.md §6) ----
   getDelivery(outgoingKey: string): Promise<DeliveryRow | null>;
   /** Rows due at nowMs (state accepted, not leased), oldest first, through the partial index. */
   dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]>;
@@ -210,7 +210,7 @@ export interface Store {
   /** Rows in a state, newest first, for /debug/delivery. */
   listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]>;
 
-  // ---- replication (SPEC §7) ----
+  // ---- replication (docs/protocol.md §7) ----
   /** Applies acks (only where the syncId is still the row's current one), then returns unsynced DM outbox rows. */
   dmSyncPage(q: SyncPageQuery): Promise<SyncPage<DmSyncRow>>;
   /** The same over user_settings; afterKey is a setting key. */
@@ -224,11 +224,11 @@ export interface Store {
   /** Outbox rows of owner by synced flag, for /debug/outbox. */
   outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }>;
 
-  // ---- server sessions (SPEC §5.1) ----
+  // ---- server sessions (docs/protocol.md §5.1) ----
   /** Records a ServerAuth nonce; false when (serverLogin, nonce) was seen after sinceMs. Prunes older ones. */
   rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean>;
 
-  // ---- per-device delivery to sessions (SPEC §5.3) ----
+  // ---- per-device delivery to sessions (docs/protocol.md §5.3) ----
   /** Records that a device logged in; returns when it was first seen (now, for a new device). */
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;
   /**
@@ -246,7 +246,7 @@ export interface Store {
   /** Forgets devices not seen since cutoffMs (and their acknowledgements). */
   forgetDevicesBefore(cutoffMs: number): Promise<number>;
 
-  // ---- settings (SPEC §5.2) ----
+  // ---- settings (docs/protocol.md §5.2) ----
   /** Last writer wins by updatedAtMs, ties by value bytes; returns the stored row and whether it changed. */
   setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }>;
   getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]>;

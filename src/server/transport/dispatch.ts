@@ -1,6 +1,6 @@
 /**
  * From one text frame to one answer: envelope, op lookup, session kind, payload schema, handler.
- * Socket-free, so every rule of SPEC §5 about requests lives here and nowhere else.
+ * Socket-free, so every rule of docs/protocol.md §5 about requests lives here and nowhere else.
  */
 import type { z } from 'zod';
 import type { Request, Response } from '../../protocol/envelope.js';
@@ -29,7 +29,7 @@ export class Dispatcher {
     private readonly registry: OpRegistry,
     private readonly log: Logger,
     metrics: Metrics,
-    /** Server ops are refused while serverLogin is the unfederated `local` (SPEC §5.4); s2sAuth `off` opens them to any socket. */
+    /** Server ops are refused while serverLogin is the unfederated `local` (docs/protocol.md §5.4); s2sAuth `off` opens them to any socket. */
     private readonly config: Pick<Config, 'serverLogin' | 's2sAuth'>,
   ) {
     this.opsTotal = metrics.counter('ops_total', 'Requests answered, by op and status.', ['op', 'status']);

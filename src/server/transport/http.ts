@@ -1,4 +1,4 @@
-/** The HTTP side of the port (SPEC §8): health, metrics, descriptor, the admin/debug gate, web client. */
+/** The HTTP side of the port (docs/protocol.md §8): health, metrics, descriptor, the admin/debug gate, web client. */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';

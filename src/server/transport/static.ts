@@ -1,4 +1,4 @@
-/** The web client's static files (SPEC §12), built by `npm run build` into dist/web. */
+/** The web client's static files (docs/web-client.md), built by `npm run build` into dist/web. */
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -1,5 +1,5 @@
 /**
- * WebSocket sessions on /ws (SPEC §5): frame limits, binary frames, per-connection rate limit,
+ * WebSocket sessions on /ws (docs/protocol.md §5): frame limits, binary frames, per-connection rate limit,
  * backpressure, heartbeats, and shutdown that lets in-flight requests answer first.
  */
 import { randomUUID } from 'node:crypto';

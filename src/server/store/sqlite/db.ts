@@ -1,6 +1,6 @@
 /**
  * better-sqlite3 connection with group commit: writes queued in the same turn of the event loop share
- * one transaction and one fsync, and no caller is answered before that commit (SPEC §9).
+ * one transaction and one fsync, and no caller is answered before that commit (docs/protocol.md §9).
  */
 import Database from 'better-sqlite3';
 import { ShineError } from '../../../protocol/errors.js';

@@ -3,7 +3,7 @@
  * once, in order, inside its own transaction.
  */
 export const SQLITE_MIGRATIONS: readonly string[] = [
-  // 1: the v1 schema (SPEC §9)
+  // 1: the v1 schema (docs/protocol.md §9)
   `
   CREATE TABLE server_meta (
     key TEXT PRIMARY KEY,
@@ -154,7 +154,7 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX s2s_nonces_seen ON s2s_nonces (seen_at_ms);
   `,
-  // 2: WebPush (SPEC §5.5): when a subscription was last upserted (the oldest beyond 10 per login is
+  // 2: WebPush (docs/protocol.md §5.5): when a subscription was last upserted (the oldest beyond 10 per login is
   // dropped) and its health.
   `
   ALTER TABLE push_subscriptions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0;

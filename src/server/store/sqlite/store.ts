@@ -174,7 +174,7 @@ export class SqliteStore implements Store {
     return this.db.write(() => {
       const { incoming, outgoing, nowMs } = input;
       const replay = !input.silent;
-      // The sending device's own copy counts as acknowledged by it (SPEC §5.3), without a row of its own.
+      // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3), without a row of its own.
       const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
       const out = this.storeCopyTx(outgoing, nowMs, replay, origin);
       const inc = this.storeCopyTx(incoming, nowMs, replay);
