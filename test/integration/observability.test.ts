@@ -16,6 +16,8 @@ import { scrape } from '../helpers/prometheus.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import type { TestUser } from '../helpers/users.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { makeSubscriptionKeys, startPushEndpoint } from '../helpers/push-endpoint.js';
+import { waitUntil } from '../helpers/wait.js';
 
 /** The value of the one sample of `name` whose labels are exactly `labels` (0 when absent). */
 function valueOf(families: Map<string, MetricFamily>, name: string, labels: Record<string, string> = {}): number {
@@ -74,14 +76,15 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
     assert.equal(valueOf(b, 'shine_sessions_open'), 0);
   });
 
-  it('the log of a federated run holds no blob, setting value, signature or seed', async () => {
+  it('the log of a federated run holds no blob, setting value, signature, seed, call payload or push endpoint', async () => {
     const lines: string[] = [];
     const logTo = (self: string) => createLogger('debug', (l) => lines.push(l), { self });
+    await using endpoint = await startPushEndpoint();
     await using net = await startNetwork({
       federate: true,
       servers: [
-        { serverLogin: 'alpha', ...FAST, log: logTo('alpha') },
-        { serverLogin: 'beta', ...FAST, log: logTo('beta') },
+        { serverLogin: 'alpha', ...FAST, log: logTo('alpha'), webPushAllowInsecure: '1' },
+        { serverLogin: 'beta', ...FAST, log: logTo('beta'), webPushAllowInsecure: '1' },
       ],
     });
     const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
@@ -93,6 +96,16 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
     await using bobB = await connectUser(beta.wsUrl, bob, 'bob-phone');
 
     const secrets = new Set<string>();
+    // bob's tablet has no open session: every message and call to bob is pushed to it.
+    const token = `push-token-${randomBytes(12).toString('hex')}`;
+    const tabletKeys = makeSubscriptionKeys();
+    await bobB.call('UpsertPushToken', {
+      deviceId: 'bob-tablet',
+      endpoint: `${endpoint.origin}/${token}`,
+      p256dhB64: tabletKeys.p256dhB64,
+      authB64: tabletKeys.authB64,
+    });
+    for (const s of [token, tabletKeys.p256dhB64, tabletKeys.authB64]) secrets.add(s);
     /** Three pairs from one user to the other, each awaited until the recipient's session has it. */
     const converse = async (from: TestUser, fromClient: RawClient, to: TestUser, toClient: RawClient) => {
       for (let i = 0; i < 3; i++) {
@@ -107,6 +120,12 @@ describe('observability: /metrics and logs', { concurrency: true }, () => {
     };
     await converse(alice, aliceA, bob, bobB);
     await converse(bob, bobB, alice, aliceA);
+    const callPayload = toBase64(randomBytes(40));
+    secrets.add(callPayload);
+    await aliceA.call('CallInviteBroadcast', { toLogin: 'bob', callId: 'call-1', payloadB64: callPayload });
+    await aliceA.call('CallSignal', { toLogin: 'bob', callId: 'call-1', kind: 'hangup', payloadB64: callPayload });
+    // Three messages and one call invite: the push path ran, so the scan below covers its logging too.
+    await waitUntil(() => endpoint.to(`/${token}`).length >= 4, 10_000, 'pushes to bob-tablet');
     const valueB64 = toBase64(randomBytes(48));
     secrets.add(valueB64);
     await aliceA.call('SetUserSetting', { key: 'theme', valueB64, updatedAtMs: Date.now() });

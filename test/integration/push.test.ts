@@ -173,6 +173,48 @@ describe('push: a content-free push to each device without a session', () => {
       JSON.stringify({ v: 1, kind: 'dm', fromLogin: 'alice', messageKey: sent.incomingKey }),
     );
   });
+
+  it('rings an offline callee on another server with a `call` push (TTL 60, Urgency high)', async () => {
+    await using endpoint = await startPushEndpoint();
+    await using net = await startNetwork({
+      federate: true,
+      servers: [
+        { serverLogin: 'alpha', webPushAllowInsecure: '1' },
+        { serverLogin: 'beta', webPushAllowInsecure: '1' },
+      ],
+    });
+    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
+    const alice = pairUser('alice');
+    const carol = makeUser('carol', ['beta'], seedOf('carol'));
+    await using a = await connectUser(alpha.wsUrl, alice);
+    const c = await connectUser(beta.wsUrl, carol, 'carol-laptop');
+    const keys = makeSubscriptionKeys();
+    await subscribe(c, endpoint, '/carol-phone', keys, 'carol-phone');
+    const { vapidPublicKey } = await c.call<OpResults['GetWebPushConfig']>('GetWebPushConfig', {});
+    await c.close();
+    await waitUntil(() => beta.ctx.hub.sessionsOf('carol').length === 0, 10_000, 'carol offline');
+
+    const rang = await a.call<OpResults['CallInviteBroadcast']>('CallInviteBroadcast', {
+      toLogin: 'carol',
+      callId: 'call-42',
+      payloadB64: 'b2ZmZXI=',
+    });
+    assert.deepEqual(rang, { deliveredWsSessions: 0, deliveredWebPushSessions: 1 }, 'summed over beta’s answer');
+    await waitUntil(() => endpoint.to('/carol-phone').length === 1, 10_000, 'call push from beta');
+    const push = endpoint.to('/carol-phone')[0]!;
+    checkVapid(push.headers.authorization, vapidPublicKey, endpoint.origin);
+    assert.equal(push.headers.ttl, '60');
+    assert.equal(push.headers.urgency, 'high');
+    assert.equal(
+      decryptPush(push.body, keys),
+      JSON.stringify({ v: 1, kind: 'call', fromLogin: 'alice', callId: 'call-42' }),
+    );
+
+    // Signals after the invite never push: only an invite wakes a device.
+    await a.call('CallSignal', { toLogin: 'carol', callId: 'call-42', kind: 'cancel', payloadB64: '' });
+    await beta.ctx.push.idle();
+    assert.equal(endpoint.to('/carol-phone').length, 1);
+  });
 });
 
 describe('push: answers of the push service', () => {
