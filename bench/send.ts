@@ -30,15 +30,8 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
   });
   const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
   const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
-  const clients: ShineClient[] = [];
-  for (let i = 0; i < CLIENTS; i++) {
-    const c = await ShineClient.connect(server.wsUrl, { WebSocket: WebSocket as never });
-    await c.register(makeProfile(senders[i]!, ['local'], 1, Date.now()));
-    await c.register(makeProfile(recipients[i]!, ['local'], 1, Date.now()));
-    await c.login(senders[i]!, 'bench');
-    clients.push(c);
-  }
-  // Signing and encryption are the clients' work: done before the clock starts.
+  // Signing and encryption are the clients' work: done before the clock starts, and before the clients
+  // connect (a client busy for longer than two heartbeats would miss the server's pings and be dropped).
   const base = Date.now();
   const pairs: BuiltPair[][] = senders.map((s, i) =>
     Array.from({ length: PAIRS }, (_, k) =>
@@ -52,6 +45,14 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
       ),
     ),
   );
+  const clients: ShineClient[] = [];
+  for (let i = 0; i < CLIENTS; i++) {
+    const c = await ShineClient.connect(server.wsUrl, { WebSocket: WebSocket as never });
+    await c.register(makeProfile(senders[i]!, ['local'], 1, Date.now()));
+    await c.register(makeProfile(recipients[i]!, ['local'], 1, Date.now()));
+    await c.login(senders[i]!, 'bench');
+    clients.push(c);
+  }
   const cpu0 = server.cpuMs();
   const latencies: number[] = [];
   const t0 = performance.now();
