@@ -53,6 +53,41 @@ async function pushHealth(httpUrl: string, owner: string): Promise<Map<string, P
   return new Map(body.subscriptions.map((s) => [s.deviceId, s]));
 }
 
+/**
+ * alpha and beta federated; alice on alpha with a session (`a`); carol on beta with one subscribed
+ * device (`carol-phone` at endpoint /carol-phone) and no open session.
+ */
+async function aliceOnAlphaCarolOfflineOnBeta() {
+  const endpoint = await startPushEndpoint();
+  const net = await startNetwork({
+    federate: true,
+    servers: [
+      { serverLogin: 'alpha', webPushAllowInsecure: '1' },
+      { serverLogin: 'beta', webPushAllowInsecure: '1' },
+    ],
+  });
+  const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
+  const a = await connectUser(alpha.wsUrl, pairUser('alice'));
+  const c = await connectUser(beta.wsUrl, makeUser('carol', ['beta'], seedOf('carol')), 'carol-laptop');
+  const keys = makeSubscriptionKeys();
+  await subscribe(c, endpoint, '/carol-phone', keys, 'carol-phone');
+  const { vapidPublicKey } = await c.call<OpResults['GetWebPushConfig']>('GetWebPushConfig', {});
+  await c.close();
+  await waitUntil(() => beta.ctx.hub.sessionsOf('carol').length === 0, 10_000, 'carol offline');
+  return {
+    endpoint,
+    beta,
+    a,
+    keys,
+    vapidPublicKey,
+    async [Symbol.asyncDispose]() {
+      await a.close();
+      await net.close();
+      await endpoint.close();
+    },
+  };
+}
+
 describe('push: a content-free push to each device without a session', () => {
   it('is signed (VAPID), decrypts to exactly the dm JSON, skips devices with a session, reaches them once they log out', async () => {
     await using endpoint = await startPushEndpoint();
@@ -141,24 +176,8 @@ describe('push: a content-free push to each device without a session', () => {
   });
 
   it('reaches the recipient through ReceiveIncomingMessage on its server (two servers)', async () => {
-    await using endpoint = await startPushEndpoint();
-    await using net = await startNetwork({
-      federate: true,
-      servers: [
-        { serverLogin: 'alpha', webPushAllowInsecure: '1' },
-        { serverLogin: 'beta', webPushAllowInsecure: '1' },
-      ],
-    });
-    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
-    const alice = pairUser('alice');
-    const carol = makeUser('carol', ['beta'], seedOf('carol'));
-    await using a = await connectUser(alpha.wsUrl, alice);
-    const c = await connectUser(beta.wsUrl, carol, 'carol-laptop');
-    const keys = makeSubscriptionKeys();
-    await subscribe(c, endpoint, '/carol-phone', keys, 'carol-phone');
-    const { vapidPublicKey } = await c.call<OpResults['GetWebPushConfig']>('GetWebPushConfig', {});
-    await c.close();
-    await waitUntil(() => beta.ctx.hub.sessionsOf('carol').length === 0, 10_000, 'carol offline');
+    await using world = await aliceOnAlphaCarolOfflineOnBeta();
+    const { endpoint, a, keys, vapidPublicKey } = world;
     const sent = await a.call<PairAnswer>(
       'SendMessagePair',
       blobs(testPair({ from: 'alice', to: 'carol', timeMs: Date.now() })),
@@ -175,24 +194,8 @@ describe('push: a content-free push to each device without a session', () => {
   });
 
   it('rings an offline callee on another server with a `call` push (TTL 60, Urgency high)', async () => {
-    await using endpoint = await startPushEndpoint();
-    await using net = await startNetwork({
-      federate: true,
-      servers: [
-        { serverLogin: 'alpha', webPushAllowInsecure: '1' },
-        { serverLogin: 'beta', webPushAllowInsecure: '1' },
-      ],
-    });
-    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
-    const alice = pairUser('alice');
-    const carol = makeUser('carol', ['beta'], seedOf('carol'));
-    await using a = await connectUser(alpha.wsUrl, alice);
-    const c = await connectUser(beta.wsUrl, carol, 'carol-laptop');
-    const keys = makeSubscriptionKeys();
-    await subscribe(c, endpoint, '/carol-phone', keys, 'carol-phone');
-    const { vapidPublicKey } = await c.call<OpResults['GetWebPushConfig']>('GetWebPushConfig', {});
-    await c.close();
-    await waitUntil(() => beta.ctx.hub.sessionsOf('carol').length === 0, 10_000, 'carol offline');
+    await using world = await aliceOnAlphaCarolOfflineOnBeta();
+    const { endpoint, beta, a, keys, vapidPublicKey } = world;
 
     const rang = await a.call<OpResults['CallInviteBroadcast']>('CallInviteBroadcast', {
       toLogin: 'carol',
