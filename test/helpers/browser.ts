@@ -51,6 +51,9 @@ export function browserSuite(title: string, body: (browser: () => Browser) => vo
   });
 }
 
+/** Chromium's fake microphone (and camera), granted without asking: calls between two contexts. */
+export const FAKE_MEDIA_ARGS = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
+
 /** alpha and beta, federated, on loopback; extra goes to both (compressed retry schedules). */
 export async function twoServers(
   extra: NetworkServerSpec = {},

@@ -21,13 +21,12 @@ import { it } from 'node:test';
 import type { BrowserContext } from 'playwright-core';
 import { createIdentity as createKeys } from '../../src/client/index.js';
 import type { PushSubscriptionHealth } from '../../src/server/push/service.js';
-import { aliceAndBob, browserSuite, send, startChat } from '../helpers/browser.js';
+import { FAKE_MEDIA_ARGS, aliceAndBob, browserSuite, send, startChat } from '../helpers/browser.js';
 import { connectIdentity } from '../helpers/federated-processes.js';
 import { decryptPush, makeSubscriptionKeys, startPushEndpoint } from '../helpers/push-endpoint.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const ADMIN = 'web-push-admin';
-const FAKE_MEDIA = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
 interface Shown {
   title: string;
@@ -164,5 +163,5 @@ browserSuite(
       });
     });
   },
-  FAKE_MEDIA,
+  FAKE_MEDIA_ARGS,
 );

@@ -6,9 +6,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import type { Page } from 'playwright-core';
-import { aliceAndBob, browserSuite, openConversation, send, startChat } from '../helpers/browser.js';
-
-const FAKE_MEDIA = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
+import { FAKE_MEDIA_ARGS, aliceAndBob, browserSuite, openConversation, send, startChat } from '../helpers/browser.js';
 
 /** Resolves once page's call state element says phase. */
 const callState = (page: Page, phase: string) =>
@@ -60,5 +58,5 @@ browserSuite(
         await shot(alice, 'alice-declined');
       }));
   },
-  FAKE_MEDIA,
+  FAKE_MEDIA_ARGS,
 );
