@@ -54,14 +54,22 @@ async function deliverPush(context: BrowserContext, origin: string, payload: str
   }
 }
 
-/** The notifications the service worker of context shows now. */
+/**
+ * The notifications the service worker of context shows now. A worker stopped while idle is a closed
+ * handle and the one the push woke is a new one, so the newest that answers counts.
+ */
 async function notificationsOf(context: BrowserContext): Promise<Shown[]> {
-  const [worker] = context.serviceWorkers();
-  if (!worker) return [];
-  return worker.evaluate(async () => {
-    const reg = (self as unknown as { registration: ServiceWorkerRegistration }).registration;
-    return (await reg.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag }));
-  });
+  for (const worker of context.serviceWorkers().reverse()) {
+    try {
+      return await worker.evaluate(async () => {
+        const reg = (self as unknown as { registration: ServiceWorkerRegistration }).registration;
+        return (await reg.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag }));
+      });
+    } catch {
+      // That worker has stopped; try the next.
+    }
+  }
+  return [];
 }
 
 /** Waits until bob's worker shows a notification titled title; returns it. */
@@ -69,7 +77,7 @@ async function waitForNotification(context: BrowserContext, title: string): Prom
   let found: Shown | undefined;
   await waitUntil(
     async () => {
-      found = (await notificationsOf(context).catch(() => [])).find((n) => n.title === title);
+      found = (await notificationsOf(context)).find((n) => n.title === title);
       return found !== undefined;
     },
     15_000,
