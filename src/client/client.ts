@@ -415,6 +415,30 @@ export class ShineClient {
     });
   }
 
+  /** The server's VAPID public key (unpadded base64url), for PushManager.subscribe (docs/protocol.md §5.5). */
+  async webPushKey(): Promise<string> {
+    return (await this.request('GetWebPushConfig', {})).vapidPublicKey;
+  }
+
+  /** Stores a push subscription for this device (keys as PushSubscription.toJSON() gives them). */
+  upsertPushToken(subscription: {
+    endpoint: string;
+    p256dhB64: string;
+    authB64: string;
+  }): Promise<OpAnswer<'UpsertPushToken'>> {
+    return this.request('UpsertPushToken', subscription);
+  }
+
+  /** Forgets one of the caller's push subscriptions. */
+  deletePushToken(endpoint: string): Promise<OpAnswer<'DeletePushToken'>> {
+    return this.request('DeletePushToken', { endpoint });
+  }
+
+  /** Sends a `test` push to each of the caller's subscriptions. */
+  sendTestWebPush(): Promise<OpAnswer<'SendTestWebPush'>> {
+    return this.request('SendTestWebPush', {});
+  }
+
   /** Rings a user's devices (docs/protocol.md §5.6); payloadB64 is opaque to the servers (encrypt the SDP offer). */
   callInvite(toLogin: string, callId: string, payloadB64: string): Promise<CallDelivery> {
     return this.request('CallInviteBroadcast', { toLogin, callId, payloadB64 });

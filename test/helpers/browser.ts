@@ -33,15 +33,15 @@ const ROOT = process.cwd();
 
 /**
  * A suite of browser tests sharing one Chromium (skipped, or failing in CI, without one); the client is
- * built first when its sources changed.
+ * built first when its sources changed. args go to Chromium (e.g. fake media devices).
  */
-export function browserSuite(title: string, body: (browser: () => Browser) => void): void {
+export function browserSuite(title: string, body: (browser: () => Browser) => void, args: string[] = []): void {
   const found = findChromium();
   describe(title, { skip: 'skip' in found ? found.skip : false }, () => {
     let browser: Browser | undefined;
     before(async () => {
       ensureWebBuilt();
-      browser = await chromium.launch({ executablePath: (found as { path: string }).path, headless: true });
+      browser = await chromium.launch({ executablePath: (found as { path: string }).path, headless: true, args });
     });
     after(() => browser?.close());
     body(() => {
@@ -50,6 +50,9 @@ export function browserSuite(title: string, body: (browser: () => Browser) => vo
     });
   });
 }
+
+/** Chromium's fake microphone (and camera), granted without asking: calls between two contexts. */
+export const FAKE_MEDIA_ARGS = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
 /** alpha and beta, federated, on loopback; extra goes to both (compressed retry schedules). */
 export async function twoServers(

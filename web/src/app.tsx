@@ -1,5 +1,6 @@
 /** The screens: Welcome (no identity yet) and Home (conversations, the open chat). */
 import { useEffect, useMemo, useState } from 'preact/hooks';
+import { CallView } from './call-view.js';
 import { ChatView } from './chat-view.js';
 import type { MessengerState } from './messenger.js';
 import { Messenger, createAccount, describeError, serverWsUrl } from './messenger.js';
@@ -135,6 +136,7 @@ function Home({ account }: { account: Account }) {
           <strong>{account.identity.login}</strong>@{account.profile.accessServers[0]}
         </span>
         <span class="tools">
+          <NotificationsToggle messenger={messenger} enabled={state.notifications} />
           <button type="button" onClick={() => setBackupOpen(true)}>
             Back up identity
           </button>
@@ -153,13 +155,19 @@ function Home({ account }: { account: Account }) {
           </button>
         </p>
       )}
+      {state.call && <CallView messenger={messenger} call={state.call} />}
       <div class="panes">
         <nav class="sidebar" aria-label="Chats">
           <NewChat messenger={messenger} />
           <ConversationList messenger={messenger} state={state} />
         </nav>
         {state.chat ? (
-          <ChatView messenger={messenger} chat={state.chat} online={state.status === 'online'} />
+          <ChatView
+            messenger={messenger}
+            chat={state.chat}
+            online={state.status === 'online'}
+            inCall={state.call !== null && state.call.phase !== 'ended'}
+          />
         ) : (
           <section class="chat empty" aria-label="No chat open">
             <p>Choose a conversation or start a new chat.</p>
@@ -168,6 +176,21 @@ function Home({ account }: { account: Account }) {
       </div>
       {backupOpen && <BackupDialog account={account} onClose={() => setBackupOpen(false)} />}
     </div>
+  );
+}
+
+/** The WebPush opt-in: a button that says what pressing it does. */
+function NotificationsToggle({ messenger, enabled }: { messenger: Messenger; enabled: boolean }) {
+  const [busy, setBusy] = useState(false);
+  const toggle = async () => {
+    setBusy(true);
+    await messenger.run(() => (enabled ? messenger.disableNotifications() : messenger.enableNotifications()));
+    setBusy(false);
+  };
+  return (
+    <button type="button" disabled={busy} onClick={() => void toggle()}>
+      {enabled ? 'Disable notifications' : 'Enable notifications'}
+    </button>
   );
 }
 

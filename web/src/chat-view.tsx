@@ -11,7 +11,17 @@ function shownEnough(e: IntersectionObserverEntry): boolean {
   return e.intersectionRatio >= 0.5 || e.intersectionRect.height >= rootHeight / 2;
 }
 
-export function ChatView({ messenger, chat, online }: { messenger: Messenger; chat: OpenChat; online: boolean }) {
+export function ChatView({
+  messenger,
+  chat,
+  online,
+  inCall,
+}: {
+  messenger: Messenger;
+  chat: OpenChat;
+  online: boolean;
+  inCall: boolean;
+}) {
   const scroller = useRef<HTMLDivElement>(null);
   const list = useRef<HTMLUListElement>(null);
   const topSentinel = useRef<HTMLDivElement>(null);
@@ -91,6 +101,13 @@ export function ChatView({ messenger, chat, online }: { messenger: Messenger; ch
           <span aria-hidden="true">←</span> Back
         </button>
         <h2>{chat.peer}</h2>
+        <button
+          type="button"
+          onClick={() => void messenger.run(() => messenger.startCall())}
+          disabled={inCall || !online}
+        >
+          Call
+        </button>
         <button type="button" onClick={() => setConfirmDelete(true)} disabled={confirmDelete}>
           Delete conversation
         </button>

@@ -17,8 +17,11 @@ import {
   makeProfile,
 } from '../../src/client/index.js';
 import { isValidLogin } from '../../src/protocol/login.js';
+import type { CallState } from './calls.js';
+import { CallController } from './calls.js';
 import type { ChatMessage } from './chat.js';
 import { ChatLog, fromHistory, parseBaseKey } from './chat.js';
+import { currentSubscription, subscribePush, subscriptionFields } from './notifications.js';
 import type { Account } from './vault.js';
 import { newDeviceId } from './vault.js';
 
@@ -46,6 +49,10 @@ export interface MessengerState {
   chat: OpenChat | null;
   /** The last failure a person should see; cleared by the next success. */
   notice: string | null;
+  /** The current (or just ended) call. */
+  call: CallState | null;
+  /** Whether this browser has a push subscription the server knows (WebPush opt-in). */
+  notifications: boolean;
 }
 
 /** Messages per history page (the first one and each one loaded while scrolling up). */
@@ -123,7 +130,15 @@ async function registerQuietly(client: ShineClient, profile: UserProfile): Promi
 }
 
 export class Messenger {
-  state: MessengerState = { status: 'connecting', conversations: [], chat: null, notice: null };
+  state: MessengerState = {
+    status: 'connecting',
+    conversations: [],
+    chat: null,
+    notice: null,
+    call: null,
+    notifications: false,
+  };
+  readonly calls: CallController;
   readonly login: string;
   private client: ShineClient | null = null;
   private readonly listeners = new Set<() => void>();
@@ -138,6 +153,17 @@ export class Messenger {
     private readonly wsUrl: string,
   ) {
     this.login = account.identity.login;
+    this.calls = new CallController(
+      this.login,
+      () => {
+        const client = this.need();
+        return {
+          invite: (peer, callId, payloadB64) => client.callInvite(peer, callId, payloadB64),
+          signal: (peer, callId, kind, payloadB64) => client.callSignal(peer, callId, kind, payloadB64),
+        };
+      },
+      () => this.set({ call: this.calls.state }),
+    );
   }
 
   subscribe(fn: () => void): () => void {
@@ -154,6 +180,7 @@ export class Messenger {
   stop(): void {
     this.stopped = true;
     removeEventListener('online', this.onBrowserOnline);
+    void this.calls.hangUp().catch(() => undefined);
     this.wake?.();
     void this.client?.close();
   }
@@ -179,6 +206,8 @@ export class Messenger {
         // Listeners first: the server replays missed events right after the AuthLogin answer.
         client.on('DirectMessage', (ev) => void this.onDirectMessage(ev));
         client.on('DmDeliveryStateChanged', (ev) => this.onDeliveryState(ev));
+        client.on('CallInvite', (ev) => this.calls.onInvite(ev));
+        client.on('CallSignal', (ev) => this.calls.onSignal(ev));
         await logIn(client, this.account);
         this.client = client;
         failures = 0;
@@ -211,6 +240,7 @@ export class Messenger {
 
   /** After every (re)connect: states may have changed while offline and are not replayed as events. */
   private async catchUp(): Promise<void> {
+    void this.renewPush().catch(() => undefined);
     await this.refreshConversations();
     const chat = this.state.chat;
     if (chat) await this.loadPage(chat, undefined);
@@ -427,6 +457,38 @@ export class Messenger {
       },
       () => this.receiptsSent.delete(baseKey),
     );
+  }
+
+  /** WebPush opt-in: subscribe under the server's key and hand the subscription to the server. */
+  async enableNotifications(): Promise<void> {
+    const client = this.need();
+    const sub = await subscribePush(await client.webPushKey());
+    await client.upsertPushToken(subscriptionFields(sub));
+    this.set({ notifications: true });
+  }
+
+  async disableNotifications(): Promise<void> {
+    const sub = await currentSubscription();
+    if (sub) {
+      await this.need().deletePushToken(sub.endpoint);
+      await sub.unsubscribe();
+    }
+    this.set({ notifications: false });
+  }
+
+  /**
+   * After every login: a subscription this browser still has is upserted again, since the server drops
+   * one its push service called gone, and the browser may have renewed it meanwhile.
+   */
+  private async renewPush(): Promise<void> {
+    const sub = await currentSubscription();
+    if (sub) await this.need().upsertPushToken(subscriptionFields(sub));
+    this.set({ notifications: sub !== null });
+  }
+
+  /** Calls the peer of the open chat. */
+  async startCall(): Promise<void> {
+    await this.calls.start(this.requireChat().peer);
   }
 
   private requireChat(): OpenChat {
