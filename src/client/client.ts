@@ -27,7 +27,7 @@ import type {
   OpAnswer,
   PairAnswer,
 } from '../protocol/ops.js';
-import { decryptBody, encryptBody, settingAad } from './e2e.js';
+import { callAad, decryptBody, encryptBody, settingAad } from './e2e.js';
 import type { Identity } from './identity.js';
 import type { BuiltPair, CopyContent, MessageRef } from './pairs.js';
 import { contentOf, deleteConversationPair, deleteMessagePair, editTextPair, receiptPair, textPair } from './pairs.js';
@@ -437,6 +437,28 @@ export class ShineClient {
   /** Sends a `test` push to each of the caller's subscriptions. */
   sendTestWebPush(): Promise<OpAnswer<'SendTestWebPush'>> {
     return this.request('SendTestWebPush', {});
+  }
+
+  /**
+   * Seals a call payload (SDP, ICE) for peer's devices (docs/protocol.md §5.6): the servers relay it
+   * without being able to read the addresses in it.
+   */
+  async sealCallPayload(peer: string, callId: string, plaintext: Uint8Array): Promise<string> {
+    const me = this.me();
+    const to = await this.recipient(peer);
+    return toBase64(encryptBody(plaintext, to.encKey, callAad(me.login, peer, callId)));
+  }
+
+  /** Opens a call payload that fromLogin sealed for this user; null when it is anything else. */
+  openCallPayload(fromLogin: string, callId: string, payloadB64: string): Uint8Array | null {
+    const me = this.me();
+    const sealed = fromBase64(payloadB64);
+    if (!sealed) return null;
+    try {
+      return decryptBody(sealed, me.encSecretKey, callAad(fromLogin, me.login, callId));
+    } catch {
+      return null;
+    }
   }
 
   /** Rings a user's devices (docs/protocol.md §5.6); payloadB64 is opaque to the servers (encrypt the SDP offer). */

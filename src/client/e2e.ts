@@ -49,6 +49,11 @@ export function messageAad(
   return utf8(`${LABEL}|msg|${messageKeyOf(c)}`);
 }
 
+/** The AAD of a call payload: binds it to its sender, its callee and the call. */
+export function callAad(fromLogin: string, toLogin: string, callId: string): Uint8Array {
+  return utf8(`${LABEL}|call|${fromLogin}|${toLogin}|${callId}`);
+}
+
 /** The AAD of a user-setting value: binds it to its owner and key. */
 export function settingAad(ownerLogin: string, key: string): Uint8Array {
   return utf8(`${LABEL}|setting|${ownerLogin}|${key}`);

@@ -366,5 +366,18 @@ describe('calls (docs/protocol.md §5.6)', { concurrency: true }, () => {
     assert.deepEqual(await cb.callSignal('alice', 'sdk-call', 'answer', b64('sdp')), { deliveredWsSessions: 1 });
     assert.deepEqual(await answered, { fromLogin: 'bob', callId: 'sdk-call', kind: 'answer', payloadB64: b64('sdp') });
     await assert.rejects(ca.callSignal('bob', 'sdk-call', 'hangup', '%%%%'), { code: 'BAD_FIELDS', status: 400 });
+
+    // Payloads sealed for the other side: the server relays bytes that show no address.
+    const offer = new TextEncoder().encode('v=0 IN IP4 192.0.2.7');
+    const sealed = await ca.sealCallPayload('bob', 'sdk-call-2', offer);
+    assert.ok(!Buffer.from(sealed, 'base64').includes(Buffer.from('192.0.2.7')), 'no address in the sealed payload');
+    const rungAgain = new Promise<CallInviteEvent>((resolve) => cb.on('CallInvite', resolve));
+    await ca.callInvite('bob', 'sdk-call-2', sealed);
+    const got = await rungAgain;
+    assert.deepEqual(cb.openCallPayload(got.fromLogin, got.callId, got.payloadB64), offer);
+    assert.equal(cb.openCallPayload('alice', 'another-call', got.payloadB64), null, 'bound to its call');
+    assert.equal(cb.openCallPayload('carol', 'sdk-call-2', got.payloadB64), null, 'bound to its sender');
+    assert.equal(ca.openCallPayload('alice', 'sdk-call-2', got.payloadB64), null, 'only the callee opens it');
+    assert.equal(cb.openCallPayload('alice', 'sdk-call-2', b64('offer')), null, 'plain bytes are not a sealed payload');
   });
 });

@@ -1,11 +1,12 @@
 /**
  * Audio calls (docs/protocol.md §5.6, docs/web-client.md): WebRTC between the two browsers, the servers relaying only the
  * signalling. The offer travels in CallInviteBroadcast, the answer and ICE candidates in CallSignal;
- * payloads are base64 of JSON ({sdp} or a candidate). No ICE servers: host candidates only, so media
+ * payloads are JSON ({sdp} or a candidate) sealed for the other side (the SDK's sealCallPayload), so
+ * the servers never see the addresses in them. No ICE servers: host candidates only, so media
  * never goes anywhere but the other browser.
  */
 import type { CallSignalKind } from '../../src/protocol/ops.js';
-import { fromBase64, fromUtf8, toBase64, utf8 } from '../../src/protocol/bytes.js';
+import { fromUtf8, toBase64, utf8 } from '../../src/protocol/bytes.js';
 
 export type CallPhase = 'ringing' | 'connecting' | 'connected' | 'ended';
 
@@ -22,6 +23,10 @@ export interface CallState {
 export interface CallSignalling {
   invite(peer: string, callId: string, payloadB64: string): Promise<unknown>;
   signal(peer: string, callId: string, kind: CallSignalKind, payloadB64?: string): Promise<unknown>;
+  /** A value as a payload only peer can open. */
+  seal(peer: string, callId: string, value: unknown): Promise<string>;
+  /** The value in a payload from fromLogin, or null when it is not one sealed for this user. */
+  open(fromLogin: string, callId: string, payloadB64: string): unknown;
 }
 
 interface CallEvent {
@@ -40,11 +45,11 @@ const REASONS: Partial<Record<CallSignalKind, string>> = {
   cancel: 'Missed call',
 };
 
-export const encodePayload = (value: unknown): string => toBase64(utf8(JSON.stringify(value)));
+/** The bytes a call payload seals: the value as JSON. */
+export const encodeValue = (value: unknown): Uint8Array => utf8(JSON.stringify(value));
 
-/** The JSON of a payload, or null when it is not base64 of JSON. */
-export function decodePayload(payloadB64: string): unknown {
-  const bytes = fromBase64(payloadB64);
+/** The value in opened payload bytes, or null when they are not JSON. */
+export function decodeValue(bytes: Uint8Array | null): unknown {
   if (!bytes) return null;
   try {
     return JSON.parse(fromUtf8(bytes)) as unknown;
@@ -53,8 +58,8 @@ export function decodePayload(payloadB64: string): unknown {
   }
 }
 
-function sdpOf(payloadB64: string): string | null {
-  const p = decodePayload(payloadB64) as { sdp?: unknown } | null;
+function sdpOf(value: unknown): string | null {
+  const p = value as { sdp?: unknown } | null;
   return typeof p?.sdp === 'string' ? p.sdp : null;
 }
 
@@ -105,7 +110,8 @@ export class CallController {
       const pc = await this.connect(callId);
       const offer = await pc.createOffer();
       await pc.setLocalDescription(offer);
-      await this.signalling().invite(peer, callId, encodePayload({ sdp: offer.sdp }));
+      const signalling = this.signalling();
+      await signalling.invite(peer, callId, await signalling.seal(peer, callId, { sdp: offer.sdp }));
       this.openIceGate();
     } catch (err) {
       this.end(callId, 'Call failed');
@@ -122,7 +128,7 @@ export class CallController {
         .catch(() => undefined);
       return;
     }
-    const sdp = sdpOf(ev.payloadB64);
+    const sdp = sdpOf(this.signalling().open(ev.fromLogin, ev.callId, ev.payloadB64));
     if (!sdp) return;
     this.reset();
     this.offerSdp = sdp;
@@ -142,10 +148,10 @@ export class CallController {
     if (ev.fromLogin !== s.peer) return;
     switch (ev.kind) {
       case 'answer':
-        void this.onAnswer(ev.callId, ev.payloadB64);
+        void this.onAnswer(ev.callId, this.signalling().open(ev.fromLogin, ev.callId, ev.payloadB64));
         break;
       case 'ice':
-        void this.onIce(ev.payloadB64);
+        void this.onIce(this.signalling().open(ev.fromLogin, ev.callId, ev.payloadB64));
         break;
       default:
         this.end(ev.callId, REASONS[ev.kind] ?? 'Call ended');
@@ -163,7 +169,8 @@ export class CallController {
       await this.takePendingIce();
       const answer = await pc.createAnswer();
       await pc.setLocalDescription(answer);
-      await this.signalling().signal(s.peer, s.callId, 'answer', encodePayload({ sdp: answer.sdp }));
+      const signalling = this.signalling();
+      await signalling.signal(s.peer, s.callId, 'answer', await signalling.seal(s.peer, s.callId, { sdp: answer.sdp }));
       this.openIceGate();
     } catch (err) {
       await this.hangUp('Call failed');
@@ -208,8 +215,13 @@ export class CallController {
     pc.onicecandidate = (e) => {
       const s = this.state;
       if (!e.candidate || !s || s.callId !== callId) return;
-      const payload = encodePayload(e.candidate.toJSON());
-      void this.iceGate.then(() => this.signalling().signal(s.peer, callId, 'ice', payload)).catch(() => undefined);
+      const candidate = e.candidate.toJSON();
+      void this.iceGate
+        .then(async () => {
+          const signalling = this.signalling();
+          await signalling.signal(s.peer, callId, 'ice', await signalling.seal(s.peer, callId, candidate));
+        })
+        .catch(() => undefined);
     };
     pc.ontrack = (e) => {
       this.remoteStream = e.streams[0] ?? new MediaStream([e.track]);
@@ -223,8 +235,8 @@ export class CallController {
     return pc;
   }
 
-  private async onAnswer(callId: string, payloadB64: string): Promise<void> {
-    const sdp = sdpOf(payloadB64);
+  private async onAnswer(callId: string, value: unknown): Promise<void> {
+    const sdp = sdpOf(value);
     const pc = this.pc;
     if (!sdp || !pc || this.state?.phase !== 'ringing') return;
     this.clearRingTimer();
@@ -237,8 +249,8 @@ export class CallController {
     }
   }
 
-  private async onIce(payloadB64: string): Promise<void> {
-    const candidate = decodePayload(payloadB64) as RTCIceCandidateInit | null;
+  private async onIce(value: unknown): Promise<void> {
+    const candidate = value as RTCIceCandidateInit | null;
     if (!candidate || typeof candidate !== 'object') return;
     if (!this.pc?.remoteDescription) {
       this.pendingIce.push(candidate);

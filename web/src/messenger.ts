@@ -18,7 +18,7 @@ import {
 } from '../../src/client/index.js';
 import { isValidLogin } from '../../src/protocol/login.js';
 import type { CallState } from './calls.js';
-import { CallController } from './calls.js';
+import { CallController, decodeValue, encodeValue } from './calls.js';
 import type { ChatMessage } from './chat.js';
 import { ChatLog, fromHistory, parseBaseKey } from './chat.js';
 import { currentSubscription, subscribePush, subscriptionFields } from './notifications.js';
@@ -160,6 +160,8 @@ export class Messenger {
         return {
           invite: (peer, callId, payloadB64) => client.callInvite(peer, callId, payloadB64),
           signal: (peer, callId, kind, payloadB64) => client.callSignal(peer, callId, kind, payloadB64),
+          seal: (peer, callId, value) => client.sealCallPayload(peer, callId, encodeValue(value)),
+          open: (fromLogin, callId, payloadB64) => decodeValue(client.openCallPayload(fromLogin, callId, payloadB64)),
         };
       },
       () => this.set({ call: this.calls.state }),
