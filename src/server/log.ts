@@ -4,7 +4,8 @@
  */
 import type { DestinationStream, Logger as PinoLogger } from 'pino';
 import { pino, stdSerializers, stdTimeFunctions } from 'pino';
-import pretty from 'pino-pretty';
+import type { PrettyOptions } from 'pino-pretty';
+import { createRequire } from 'node:module';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -91,7 +92,10 @@ function toStream(destination: LogDestination | undefined): DestinationStream {
   if (typeof destination === 'function') return { write: (line: string) => destination(line.replace(/\n$/, '')) };
   if (destination) return destination;
   // stdout carries the CLI's own output; logs stay on stderr, pretty only when a person watches it.
-  if (process.stderr.isTTY)
+  if (process.stderr.isTTY) {
+    // Loaded only here: a server under a supervisor never needs it, and it costs start-up time.
+    const pretty = createRequire(import.meta.url)('pino-pretty') as (opts: PrettyOptions) => DestinationStream;
     return pretty({ destination: 2, sync: true, colorize: true, translateTime: 'SYS:HH:MM:ss.l' });
+  }
   return pino.destination({ dest: 2, sync: true });
 }
