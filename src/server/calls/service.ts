@@ -14,7 +14,7 @@ import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
-import type { Session, SessionHub } from '../sessions.js';
+import type { Session, SessionHub, UserSession } from '../sessions.js';
 import { KeyedTokenBuckets } from '../transport/rate-limit.js';
 
 /** Wakes a callee's devices that have no open session (docs/protocol.md §5.5); returns how many pushes were queued. */
@@ -62,13 +62,13 @@ export class CallService {
   }
 
   /** CallInviteBroadcast from a client session. */
-  async invite(p: OpPayload<'CallInviteBroadcast'>, session: Session): Promise<CallDelivery> {
-    return this.send({ ...p, fromLogin: session.login!, kind: 'invite' }, session);
+  async invite(p: OpPayload<'CallInviteBroadcast'>, session: UserSession): Promise<CallDelivery> {
+    return this.send({ ...p, fromLogin: session.login, kind: 'invite' }, session);
   }
 
   /** CallSignal from a client session; its answer counts the callee's sessions only. */
-  async signal(p: OpPayload<'CallSignal'>, session: Session): Promise<{ deliveredWsSessions: number }> {
-    const { deliveredWsSessions } = await this.send({ ...p, fromLogin: session.login! }, session);
+  async signal(p: OpPayload<'CallSignal'>, session: UserSession): Promise<{ deliveredWsSessions: number }> {
+    const { deliveredWsSessions } = await this.send({ ...p, fromLogin: session.login }, session);
     return { deliveredWsSessions };
   }
 
@@ -96,7 +96,7 @@ export class CallService {
    * The checks of a client's call message, then delivery here and on the callee's other servers
    * within SHINE_FIRST_ATTEMPT_WAIT_MS; the counters add up the answers that came in time.
    */
-  private async send(msg: CallMessage, session: Session): Promise<CallDelivery> {
+  private async send(msg: CallMessage, session: Pick<Session, 'id'>): Promise<CallDelivery> {
     checkPayload(msg.payloadB64);
     if (msg.toLogin === msg.fromLogin) throw new ShineError('BAD_FIELDS', 'a user cannot call itself');
     const limiter = msg.kind === 'invite' ? this.invites : this.signals;
@@ -129,7 +129,7 @@ export class CallService {
    * The sender's other sessions, here and on its other access server, get the signal with fromLogin =
    * itself. Not waited for: the answer counts the callee's sessions only.
    */
-  private echoToOwnDevices(msg: CallMessage, session: Session): void {
+  private echoToOwnDevices(msg: CallMessage, session: Pick<Session, 'id'>): void {
     const own = { ...msg, toLogin: msg.fromLogin };
     this.ringSessions(own, session.id);
     const { directory, config, log } = this.deps;

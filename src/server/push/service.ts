@@ -3,12 +3,12 @@
  * stored messages and call invites, and the bounded send queue with retries and per-subscription health.
  */
 import { createHmac } from 'node:crypto';
-import type { OpPayload, OpResults } from '../../protocol/ops.js';
+import type { OpAnswer, OpPayload } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Logger } from '../log.js';
 import type { Counter, Metrics } from '../metrics.js';
-import type { Session, SessionHub } from '../sessions.js';
+import type { SessionHub, UserSession } from '../sessions.js';
 import type { PushAnswer, PushOptions, PushTarget, PushTransport } from './sender.js';
 import { httpPushTransport } from './sender.js';
 import type { PushStore, PushSubscriptionRow } from './store.js';
@@ -97,15 +97,15 @@ export class PushService {
     return this.deps.vapid.publicKey;
   }
 
-  async upsert(p: OpPayload<'UpsertPushToken'>, session: Session): Promise<OpResults['UpsertPushToken']> {
+  async upsert(p: OpPayload<'UpsertPushToken'>, session: UserSession): Promise<OpAnswer<'UpsertPushToken'>> {
     const { config, clock, store, log } = this.deps;
     const endpoint = checkEndpoint(p.endpoint, config.webPushAllowInsecure);
     const keys = checkKeys(p.p256dhB64, p.authB64);
     const { dropped } = await store.upsertSubscription({
       endpoint,
       ...keys,
-      ownerLogin: session.login!,
-      deviceId: p.deviceId ?? session.deviceId!,
+      ownerLogin: session.login,
+      deviceId: p.deviceId ?? session.deviceId,
       nowMs: clock.now(),
       maxPerOwner: MAX_SUBSCRIPTIONS_PER_LOGIN,
     });
@@ -113,7 +113,7 @@ export class PushService {
     return { stored: true };
   }
 
-  async remove(p: OpPayload<'DeletePushToken'>, session: Session): Promise<OpResults['DeletePushToken']> {
+  async remove(p: OpPayload<'DeletePushToken'>, session: UserSession): Promise<OpAnswer<'DeletePushToken'>> {
     // Stored endpoints are normalised; one that does not parse was never stored.
     let endpoint: string;
     try {
@@ -121,7 +121,7 @@ export class PushService {
     } catch {
       return { deleted: 0 };
     }
-    return { deleted: await this.deps.store.deleteSubscription(endpoint, session.login!) };
+    return { deleted: await this.deps.store.deleteSubscription(endpoint, session.login) };
   }
 
   /**
@@ -145,8 +145,8 @@ export class PushService {
   }
 
   /** One `test` push to each of the caller's subscriptions; counts the first answers within 10 s. */
-  async sendTest(session: Session): Promise<OpResults['SendTestWebPush']> {
-    const subs = await this.deps.store.subscriptionsOf(session.login!);
+  async sendTest(session: UserSession): Promise<OpAnswer<'SendTestWebPush'>> {
+    const subs = await this.deps.store.subscriptionsOf(session.login);
     const answers = await new Promise<boolean[]>((resolve) => {
       const got: boolean[] = [];
       const done = () => {
