@@ -39,7 +39,6 @@ import { ReplicationService } from './replication/service.js';
 import { pushAdminRoutes, registerPushOps } from './api/push.js';
 import { PushService } from './push/service.js';
 import { loadVapidIdentity } from './push/vapid.js';
-import { SqlitePushStore } from './store/sqlite/push.js';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -133,7 +132,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       { config, clock, store, hub, directory, peers, log, metrics, background, trouble },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
-    const pushStore = new SqlitePushStore(store.db);
+    const pushStore = store.push;
     const vapid = await loadVapidIdentity(config, pushStore);
     const push = new PushService({ config, clock, store: pushStore, hub, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);

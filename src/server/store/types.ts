@@ -1,15 +1,22 @@
 /**
- * The storage contract. SQLite (src/server/store/sqlite) implements it now; a PostgreSQL
- * implementation will satisfy the same interface. Every method is atomic: it runs in one transaction
- * and, when its promise resolves, what it wrote is on stable storage (docs/protocol.md §9).
+ * The storage contract, split by area: each service depends only on the areas it uses. Two dialects
+ * implement every area (src/server/store/sqlite, src/server/store/postgres). Every method is atomic: it
+ * runs in one transaction and, when its promise resolves, what it wrote is on stable storage
+ * (docs/protocol.md §9).
  *
- * The store holds the data rules that must hold inside one transaction (latest revision wins,
- * tombstones win, receipts set readAt, outbox rows follow copies). Decisions that need the network or
- * the directory are made by the services above it.
+ * What a stored copy does (latest revision wins, tombstones win, receipts set readAt, deletes remove
+ * their targets, outbox rows follow copies) is decided by the pure functions of ./rules.ts, which both
+ * dialects call. Decisions that need the network or the directory are made by the services above.
+ *
+ * Isolation. SQLite has one writer, so every write method is serializable there. On PostgreSQL several
+ * processes share the database; each method's comment says what it needs ("Isolation: …") and the
+ * PostgreSQL dialect provides it with row locks, per-key advisory transaction locks or conditional
+ * updates.
  */
 import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
+import type { PushStore } from '../push/store.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
 
@@ -158,38 +165,56 @@ export interface SyncPage<T> {
   hasMore: boolean;
 }
 
-export interface Store {
-  /** Creates or migrates the schema. Idempotent. */
-  migrate(): Promise<void>;
-  /** Cheap liveness check for /healthz. */
-  ping(): Promise<void>;
-  close(): Promise<void>;
-
+/** Small per-server values (keys, identities) in server_meta. */
+export interface MetaStore {
   getMeta(key: string): Promise<string | null>;
+  /** Isolation: a single upsert; the last writer wins. */
   setMeta(key: string, value: string): Promise<void>;
+}
 
-  // ---- directory (docs/protocol.md §4) ----
+/** The directory's tables: users, their current access servers, server descriptors (docs/protocol.md §4). */
+export interface DirectoryStore {
   getUser(login: string): Promise<UserRecord | null>;
-  /** Writes the profile and its access servers; the caller has checked signature and version rules. */
+  /**
+   * Writes the profile and its access servers; the caller has checked signature and version rules.
+   * Isolation: the user row and its access-server rows change together (row lock on the user).
+   */
   putUser(profile: UserProfile, source: ProfileSource, nowMs: number): Promise<void>;
   getServer(serverLogin: string): Promise<ServerRecord | null>;
+  /** Isolation: a single upsert. */
   putServer(descriptor: ServerDescriptor, source: ServerRecord['source']): Promise<void>;
   listServers(): Promise<ServerRecord[]>;
+  /** Servers that share at least one user with serverLogin. */
+  peerServersOf(serverLogin: string): Promise<string[]>;
+  /** Logins whose current access servers include both servers. */
+  sharedUsers(serverA: string, serverB: string): Promise<string[]>;
+}
 
-  // ---- direct messages (docs/protocol.md §3, §5.2) ----
-  /** Stores both copies of a pair, its delivery row and outbox rows in one transaction. */
+/** Stored copies (docs/protocol.md §3, §5.2). */
+export interface MessageStore {
+  /**
+   * Stores both copies of a pair, its delivery row and outbox rows in one transaction.
+   * Isolation: serializable per owner — two processes storing copies of one owner (the same copy, a
+   * receipt and its target, a delete and its target) must not interleave (an owner lock, taken in
+   * login order when a pair has two owners).
+   */
   storePair(input: StorePairInput): Promise<StorePairResult>;
-  /** Stores one copy (an incoming copy from another server, or a single copy from sync). */
+  /** Stores one copy (an incoming copy from another server, or a single copy from sync). Isolation: as storePair. */
   storeCopy(input: StoreCopyInput): Promise<CopyResult>;
   getCopy(messageKey: string): Promise<StoredCopy | null>;
   getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }>;
   getConversations(owner: string, limit: number): Promise<ConversationRow[]>;
+}
 
-  // ---- delivery rows (docs/protocol.md §6) ----
+/** Delivery rows (docs/protocol.md §6). Every write is a compare-and-set on row_version or state. */
+export interface DeliveryStore {
   getDelivery(outgoingKey: string): Promise<DeliveryRow | null>;
   /** Rows due at nowMs (state accepted, not leased), oldest first, through the partial index. */
   dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]>;
-  /** Leases a row if it still has rowVersion; returns the leased row (new rowVersion) or null. */
+  /**
+   * Leases a row if it still has rowVersion; returns the leased row (new rowVersion) or null.
+   * Isolation: a conditional update; of several processes claiming one row, exactly one gets it.
+   */
   claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null>;
   /** Writes an attempt's outcome if the row still has rowVersion; false when someone else changed it. */
   finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean>;
@@ -209,27 +234,39 @@ export interface Store {
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;
   /** Rows in a state, newest first, for /debug/delivery. */
   listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]>;
+}
 
-  // ---- replication (docs/protocol.md §7) ----
-  /** Applies acks (only where the syncId is still the row's current one), then returns unsynced DM outbox rows. */
+/** The outboxes a user's other access server pulls (docs/protocol.md §7). */
+export interface ReplicationStore {
+  /**
+   * Applies acks (only where the syncId is still the row's current one), then returns unsynced DM
+   * outbox rows. Isolation: each ack is a conditional update on sync_id, so an ack never marks a newer
+   * revision synced.
+   */
   dmSyncPage(q: SyncPageQuery): Promise<SyncPage<DmSyncRow>>;
   /** The same over user_settings; afterKey is a setting key. */
   settingsSyncPage(q: SyncPageQuery): Promise<SyncPage<SettingRow & { syncId: string }>>;
   /** Marks settings and DM outbox rows of owner (or of everyone) unsynced. */
   markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }>;
-  /** Servers that share at least one user with serverLogin. */
-  peerServersOf(serverLogin: string): Promise<string[]>;
-  /** Logins whose current access servers include both servers. */
-  sharedUsers(serverA: string, serverB: string): Promise<string[]>;
   /** Outbox rows of owner by synced flag, for /debug/outbox. */
   outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }>;
+}
 
-  // ---- server sessions (docs/protocol.md §5.1) ----
-  /** Records a ServerAuth nonce; false when (serverLogin, nonce) was seen after sinceMs. Prunes older ones. */
+/** ServerAuth nonces (docs/protocol.md §5.1), shared by every process of the server. */
+export interface NonceStore {
+  /**
+   * Records a ServerAuth nonce; false when (serverLogin, nonce) was seen after sinceMs. Prunes older ones.
+   * Isolation: the insert is the check (a primary key), so two processes never both accept one nonce.
+   */
   rememberS2sNonce(serverLogin: string, nonceB64: string, nowMs: number, sinceMs: number): Promise<boolean>;
+}
 
-  // ---- per-device delivery to sessions (docs/protocol.md §5.3) ----
-  /** Records that a device logged in; returns when it was first seen (now, for a new device). */
+/** Per-device delivery to sessions (docs/protocol.md §5.3). */
+export interface DeviceStore {
+  /**
+   * Records that a device logged in; returns when it was first seen (now, for a new device).
+   * Isolation: an upsert; of two processes logging in one new device, one sees isNew.
+   */
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;
   /**
    * Copies of owner stored since the device was first seen and not acknowledged at their revision,
@@ -241,13 +278,66 @@ export interface Store {
     after: { storedAtMs: number; messageKey: string } | null,
     limit: number,
   ): Promise<StoredCopy[]>;
-  /** Acknowledges the current revision of each named copy of login for the device; returns how many exist. */
+  /**
+   * Acknowledges the current revision of each named copy of login for the device; returns how many exist.
+   * Isolation: an acknowledgement only moves forward (a conditional upsert).
+   */
   ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number>;
   /** Forgets devices not seen since cutoffMs (and their acknowledgements). */
   forgetDevicesBefore(cutoffMs: number): Promise<number>;
+}
 
-  // ---- settings (docs/protocol.md §5.2) ----
-  /** Last writer wins by updatedAtMs, ties by value bytes; returns the stored row and whether it changed. */
+/** Synced user settings (docs/protocol.md §5.2). */
+export interface SettingsStore {
+  /**
+   * Last writer wins by updatedAtMs, ties by value bytes (rules.settingWins); returns the stored row and
+   * whether it changed. Isolation: read and write under a lock on the (owner, key) row.
+   */
   setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }>;
   getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]>;
+}
+
+/** One process of this server, as its heartbeat row shows it (docs/protocol.md §9.2). */
+export interface ProcessRecord {
+  processId: string;
+  startedAtMs: number;
+  heartbeatAtMs: number;
+  /** Whether the process fans events out through Redis. */
+  redis: boolean;
+}
+
+/** The processes of one server on one database, and the work only one of them may do at a time. */
+export interface ProcessStore {
+  /** Writes (or refreshes) this process's heartbeat row. */
+  heartbeat(record: ProcessRecord): Promise<void>;
+  /** Processes whose heartbeat is not older than sinceMs. */
+  liveProcesses(sinceMs: number): Promise<ProcessRecord[]>;
+  removeProcess(processId: string): Promise<void>;
+  /**
+   * Runs fn if no other process holds the named lock, holding it meanwhile; returns false without
+   * running fn when another process holds it. SQLite (one process) always runs fn.
+   */
+  exclusively(name: string, fn: () => Promise<void>): Promise<boolean>;
+}
+
+/** Every area of one database, with its lifecycle. */
+export interface Store
+  extends
+    MetaStore,
+    DirectoryStore,
+    MessageStore,
+    DeliveryStore,
+    ReplicationStore,
+    NonceStore,
+    DeviceStore,
+    SettingsStore {
+  readonly push: PushStore;
+  readonly processes: ProcessStore;
+  /** Which dialect this is ('sqlite' or 'postgres'). */
+  readonly dialect: 'sqlite' | 'postgres';
+  /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */
+  migrate(): Promise<void>;
+  /** Cheap liveness check for /healthz. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
 }

@@ -164,4 +164,13 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   ALTER TABLE push_subscriptions ADD COLUMN last_error TEXT;
   ALTER TABLE push_subscriptions ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0;
   `,
+  // 3: the processes of this server on this database (docs/protocol.md §9.2).
+  `
+  CREATE TABLE server_processes (
+    process_id TEXT PRIMARY KEY,
+    started_at_ms INTEGER NOT NULL,
+    heartbeat_at_ms INTEGER NOT NULL,
+    redis INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];

@@ -1,23 +1,24 @@
 /** The Store on SQLite (better-sqlite3, WAL, group commit). */
 import type Database from 'better-sqlite3';
-import { compareBytes, toBase64 } from '../../../protocol/bytes.js';
+import { toBase64 } from '../../../protocol/bytes.js';
 import type { Container } from '../../../protocol/container.js';
-import {
-  baseKeyOf,
-  compareRevision,
-  deleteTargetBaseKey,
-  parseSyncId,
-  messageKeyOf,
-  ownerOf,
-  parseDeleteConversationBody,
-  parseReceiptBody,
-  peerOf,
-  receiptTargetBaseKey,
-  syncIdOf,
-} from '../../../protocol/container.js';
+import { baseKeyOf, parseSyncId } from '../../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../../protocol/identity.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs, unpackBlobs } from '../blobs.js';
+import type { DeliveryDbRow, MessageDbRow } from '../rows.js';
+import { toDeliveryRow, toStoredCopy } from '../rows.js';
+import type { CopyEffect, OutboxRow } from '../rules.js';
+import {
+  copyChanged,
+  copyLookups,
+  outboxRowFor,
+  planCopy,
+  settingKeyOfSyncId,
+  settingSyncId,
+  settingWins,
+  takeWithinBytes,
+} from '../rules.js';
 import type {
   ConversationRow,
   CopyResult,
@@ -40,6 +41,8 @@ import type {
 } from '../types.js';
 import type { SqliteSync } from './db.js';
 import { SqliteDb } from './db.js';
+import { SqliteProcessStore } from './processes.js';
+import { SqlitePushStore } from './push.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -51,28 +54,16 @@ export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   return new SqliteStore(new SqliteDb(opts));
 }
 
-interface MessageRow {
-  message_key: string;
-  base_key: string;
-  owner_login: string;
-  peer_login: string;
-  message_type: number;
-  time_ms: number;
-  nonce: number;
-  revision_time_ms: number;
-  reencrypted_at_ms: number;
-  created_at_ms: number;
-  stored_at_ms: number;
-  read_at_ms: number | null;
-  blob: Buffer;
-}
-
-const changed = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';
-
 export class SqliteStore implements Store {
   private readonly statements = new Map<string, Database.Statement>();
+  readonly dialect = 'sqlite';
+  readonly push: SqlitePushStore;
+  readonly processes: SqliteProcessStore;
 
-  constructor(readonly db: SqliteDb) {}
+  constructor(readonly db: SqliteDb) {
+    this.push = new SqlitePushStore(db);
+    this.processes = new SqliteProcessStore(db);
+  }
 
   /** Prepared once, reused: every SQL text in this file is a constant. */
   private sql(text: string): Database.Statement {
@@ -177,17 +168,10 @@ export class SqliteStore implements Store {
       // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3), without a row of its own.
       const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
       const out = this.storeCopyTx(outgoing, nowMs, replay, origin);
-      const inc = this.storeCopyTx(incoming, nowMs, replay);
-      const outKey = out.messageKey;
-      const senderSynced = input.outbox.owners.get(outgoing.fromLogin);
-      if (changed(out) && senderSynced !== undefined) {
-        this.upsertOutbox(outgoing.fromLogin, outKey, outgoing, nowMs, [incoming.bytes, outgoing.bytes], senderSynced);
-      }
-      const recipientSynced = input.outbox.owners.get(incoming.toLogin);
-      if (changed(inc) && recipientSynced !== undefined) {
-        this.upsertOutbox(incoming.toLogin, inc.messageKey, incoming, nowMs, [incoming.bytes], recipientSynced);
-      }
-      if (changed(out) && input.delivery) {
+      const inc = this.storeCopyTx(incoming, nowMs, replay, null);
+      this.upsertOutbox(outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs));
+      this.upsertOutbox(outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs));
+      if (copyChanged(out) && input.delivery) {
         const d = input.delivery;
         this.sql(
           `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
@@ -201,7 +185,7 @@ export class SqliteStore implements Store {
            WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
                  > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
         ).run(
-          outKey,
+          out.messageKey,
           baseKeyOf(outgoing),
           outgoing.fromLogin,
           outgoing.toLogin,
@@ -214,7 +198,7 @@ export class SqliteStore implements Store {
           nowMs,
         );
       }
-      const state = this.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(outKey) as
+      const state = this.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(out.messageKey) as
         { state: DeliveryState } | undefined;
       return { incoming: inc, outgoing: out, deliveryState: state?.state ?? null };
     });
@@ -223,122 +207,127 @@ export class SqliteStore implements Store {
   storeCopy(input: StoreCopyInput): Promise<CopyResult> {
     return this.db.write(() => {
       const c = input.copy;
-      const r = this.storeCopyTx(c, input.nowMs, !input.silent);
-      const owner = ownerOf(c);
-      const synced = input.outbox.owners.get(owner);
-      if (changed(r) && synced !== undefined) {
-        this.upsertOutbox(owner, r.messageKey, c, input.nowMs, [c.bytes], synced);
-      }
+      const r = this.storeCopyTx(c, input.nowMs, !input.silent, null);
+      this.upsertOutbox(outboxRowFor(r, c, [c.bytes], input.outbox, input.nowMs));
       return r;
     });
   }
 
-  /** Latest revision wins, tombstones win; applies receipts and deletes. Runs inside a transaction. */
-  private storeCopyTx(c: Container, nowMs: number, replay: boolean, originDevice: string | null = null): CopyResult {
-    const owner = ownerOf(c);
-    const peer = peerOf(c);
-    const baseKey = baseKeyOf(c);
-    const messageKey = messageKeyOf(c);
-    const t = c.messageType;
-    if (t <= 6) {
-      const conv = this.sql(
-        `SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`,
-      ).get(owner, peer) as { delete_before_ms: number } | undefined;
-      if (conv && conv.delete_before_ms >= c.timeMs) return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
-    }
-    if (
-      t <= 2 &&
+  /** Gathers the facts rules.planCopy needs and applies its plan. Runs inside a transaction. */
+  private storeCopyTx(c: Container, nowMs: number, replay: boolean, originDevice: string | null): CopyResult {
+    const look = copyLookups(c);
+    const conv = look.conversationTombstone
+      ? (this.sql(
+          `SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`,
+        ).get(look.owner, look.peer) as { delete_before_ms: number } | undefined)
+      : undefined;
+    const messageTombstoned =
+      look.messageTombstone &&
       this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(
-        owner,
-        baseKey,
-      )
-    ) {
-      return { messageKey, outcome: 'tombstoned', storedAtMs: 0 };
-    }
+        look.owner,
+        look.baseKey,
+      ) !== undefined;
     const existing = this.sql(
       'SELECT revision_time_ms, reencrypted_at_ms, stored_at_ms FROM signed_messages WHERE message_key = ?',
-    ).get(messageKey) as { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
-    if (
-      existing &&
-      compareRevision(c, { revisionTimeMs: existing.revision_time_ms, reencryptedAtMs: existing.reencrypted_at_ms }) <=
-        0
-    ) {
-      return { messageKey, outcome: 'unchanged', storedAtMs: existing.stored_at_ms };
-    }
-    let target: string | null = null;
-    let readAt: number | null = null;
-    if (t === 3 || t === 4) {
-      target = receiptTargetBaseKey(c);
-      readAt = parseReceiptBody(c).readAtMs;
-    } else if (t === 5 || t === 6) {
-      target = deleteTargetBaseKey(c);
-    } else if (t <= 2) {
-      // A receipt may have arrived before the message it names.
-      const r = this.sql(
-        'SELECT MIN(read_at_ms) AS at FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
-      ).get(owner, baseKey) as { at: number | null };
-      readAt = r.at;
-    }
-    const blob = Buffer.from(c.bytes.buffer, c.bytes.byteOffset, c.bytes.byteLength);
-    if (existing) {
+    ).get(look.messageKey) as { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
+    const receipt = look.earliestReceipt
+      ? (this.sql(
+          'SELECT MIN(read_at_ms) AS at FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+        ).get(look.owner, look.baseKey) as { at: number | null })
+      : { at: null };
+    const plan = planCopy(
+      c,
+      {
+        conversationDeleteBeforeMs: conv?.delete_before_ms ?? null,
+        messageTombstoned,
+        existing: existing
+          ? {
+              revisionTimeMs: existing.revision_time_ms,
+              reencryptedAtMs: existing.reencrypted_at_ms,
+              storedAtMs: existing.stored_at_ms,
+            }
+          : null,
+        earliestReceiptReadAtMs: receipt.at,
+      },
+      { nowMs, replay, originDevice },
+    );
+    if (plan.write === null) return plan.result;
+    const row = plan.row;
+    const blob = Buffer.from(row.blob.buffer, row.blob.byteOffset, row.blob.byteLength);
+    if (plan.write === 'update') {
       this.sql(
         `UPDATE signed_messages SET revision_time_ms = ?, reencrypted_at_ms = ?, stored_at_ms = ?, blob = ?, replay = ?,
            origin_device = ?, read_at_ms = CASE WHEN message_type IN (3, 4) THEN ? ELSE read_at_ms END
          WHERE message_key = ?`,
-      ).run(c.revisionTimeMs, c.reencryptedAtMs, nowMs, blob, replay ? 1 : 0, originDevice, readAt, messageKey);
+      ).run(
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        blob,
+        row.replay ? 1 : 0,
+        row.originDevice,
+        row.readAtMs,
+        row.messageKey,
+      );
     } else {
       this.sql(
         `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
            revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, origin_device, blob)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       ).run(
-        messageKey,
-        baseKey,
-        owner,
-        peer,
-        t,
-        c.timeMs,
-        c.nonce,
-        c.revisionTimeMs,
-        c.reencryptedAtMs,
-        nowMs,
-        nowMs,
-        readAt,
-        target,
-        replay ? 1 : 0,
-        originDevice,
+        row.messageKey,
+        row.baseKey,
+        row.owner,
+        row.peer,
+        row.messageType,
+        row.timeMs,
+        row.nonce,
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        row.nowMs,
+        row.readAtMs,
+        row.targetBaseKey,
+        row.replay ? 1 : 0,
+        row.originDevice,
         blob,
       );
     }
-    if ((t === 3 || t === 4) && target && readAt !== null) {
-      // A type 3 copy belongs to the original sender (its type 2 copy); a type 4 to the reader (type 1).
+    if (plan.effect) this.applyEffect(plan.effect, nowMs);
+    return plan.result;
+  }
+
+  private applyEffect(e: CopyEffect, nowMs: number): void {
+    if (e.kind === 'markRead') {
       this.sql(
         'UPDATE signed_messages SET read_at_ms = ? WHERE message_key = ? AND owner_login = ? AND (read_at_ms IS NULL OR read_at_ms > ?)',
-      ).run(readAt, `${target}|${t === 3 ? 2 : 1}`, owner, readAt);
-    } else if ((t === 5 || t === 6) && target) {
+      ).run(e.readAtMs, e.targetMessageKey, e.owner, e.readAtMs);
+    } else if (e.kind === 'deleteMessage') {
       this.sql(
         `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'message', ?, 0, ?)
          ON CONFLICT DO NOTHING`,
-      ).run(owner, target, nowMs);
+      ).run(e.owner, e.targetBaseKey, nowMs);
       const receipts = this.sql(
         'SELECT message_key FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
-      ).all(owner, target) as { message_key: string }[];
-      this.deleteCopiesTx(owner, [`${target}|1`, `${target}|2`, ...receipts.map((r) => r.message_key)]);
-    } else if (t === 7 || t === 8) {
-      const before = parseDeleteConversationBody(c).deleteBeforeMs;
+      ).all(e.owner, e.targetBaseKey) as { message_key: string }[];
+      this.deleteCopiesTx(e.owner, [
+        `${e.targetBaseKey}|1`,
+        `${e.targetBaseKey}|2`,
+        ...receipts.map((r) => r.message_key),
+      ]);
+    } else {
       this.sql(
         `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'conversation', ?, ?, ?)
          ON CONFLICT (owner_login, kind, target) DO UPDATE SET delete_before_ms = MAX(delete_before_ms, excluded.delete_before_ms)`,
-      ).run(owner, peer, before, nowMs);
+      ).run(e.owner, e.peer, e.deleteBeforeMs, nowMs);
       const covered = this.sql(
         'SELECT message_key FROM signed_messages WHERE owner_login = ? AND peer_login = ? AND time_ms <= ? AND message_type <= 6',
-      ).all(owner, peer, before) as { message_key: string }[];
+      ).all(e.owner, e.peer, e.deleteBeforeMs) as { message_key: string }[];
       this.deleteCopiesTx(
-        owner,
+        e.owner,
         covered.map((r) => r.message_key),
       );
     }
-    return { messageKey, outcome: existing ? 'updated' : 'inserted', storedAtMs: nowMs };
   }
 
   /** Removes owner's copies and their outbox rows (an owner's outbox key is its copy's key). */
@@ -349,31 +338,18 @@ export class SqliteStore implements Store {
     }
   }
 
-  private upsertOutbox(
-    owner: string,
-    primaryKey: string,
-    c: Container,
-    nowMs: number,
-    blobs: Uint8Array[],
-    synced: boolean,
-  ): void {
+  private upsertOutbox(row: OutboxRow | null): void {
+    if (!row) return;
     this.sql(
       `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
          stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
-    ).run(
-      owner,
-      primaryKey,
-      syncIdOf(primaryKey, c.revisionTimeMs, c.reencryptedAtMs),
-      nowMs,
-      packBlobs(blobs),
-      synced ? 1 : 0,
-    );
+    ).run(row.owner, row.primaryMessageKey, row.syncId, row.storedAtMs, packBlobs(row.blobs), row.synced ? 1 : 0);
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {
     const row = this.sql('SELECT * FROM signed_messages WHERE message_key = ?').get(messageKey) as
-      MessageRow | undefined;
+      MessageDbRow | undefined;
     return row ? toStoredCopy(row) : null;
   }
 
@@ -392,7 +368,7 @@ export class SqliteStore implements Store {
       q.beforeTimeMs,
       q.beforeMessageKey,
       q.limit + 1,
-    ) as (MessageRow & { delivery_state: DeliveryState | null })[];
+    ) as (MessageDbRow & { delivery_state: DeliveryState | null })[];
     const hasMore = rows.length > q.limit;
     const items = rows.slice(0, q.limit).map((r): HistoryItem => {
       const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
@@ -548,11 +524,11 @@ export class SqliteStore implements Store {
   settingsSyncPage(q: SyncPageQuery): Promise<SyncPage<SettingRow & { syncId: string }>> {
     return this.db.write(() => {
       for (const syncId of q.ackSyncIds) {
-        const cut = syncId.lastIndexOf(':');
-        if (cut <= 0) continue;
+        const key = settingKeyOfSyncId(syncId);
+        if (key === null) continue;
         this.sql('UPDATE user_settings SET synced = 1 WHERE owner_login = ? AND key = ? AND sync_id = ?').run(
           q.owner,
-          syncId.slice(0, cut),
+          key,
           syncId,
         );
       }
@@ -682,7 +658,7 @@ export class SqliteStore implements Store {
            WHERE a.owner_login = m.owner_login AND a.device_id = d.device_id AND a.message_key = m.message_key
              AND (a.revision_time_ms, a.reencrypted_at_ms) >= (m.revision_time_ms, m.reencrypted_at_ms))
        ORDER BY m.stored_at_ms, m.message_key LIMIT ?`,
-    ).all(login, deviceId, after?.storedAtMs ?? -1, after?.messageKey ?? '', limit) as MessageRow[];
+    ).all(login, deviceId, after?.storedAtMs ?? -1, after?.messageKey ?? '', limit) as MessageDbRow[];
     return rows.map(toStoredCopy);
   }
 
@@ -742,9 +718,8 @@ export class SqliteStore implements Store {
         input.owner,
         input.key,
       ) as { value: Buffer; updated_at_ms: number } | undefined;
-      if (row) {
-        const newer = input.updatedAtMs - row.updated_at_ms || compareBytes(input.value, row.value);
-        if (newer <= 0) return { applied: false, updatedAtMs: row.updated_at_ms };
+      if (row && !settingWins(input, { updatedAtMs: row.updated_at_ms, value: row.value })) {
+        return { applied: false, updatedAtMs: row.updated_at_ms };
       }
       this.sql(
         `INSERT INTO user_settings (owner_login, key, value, updated_at_ms, stored_at_ms, sync_id, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -756,7 +731,7 @@ export class SqliteStore implements Store {
         Buffer.from(input.value),
         input.updatedAtMs,
         input.nowMs,
-        `${input.key}:${input.updatedAtMs}`,
+        settingSyncId(input.key, input.updatedAtMs),
         input.synced ? 1 : 0,
       );
       return { applied: true, updatedAtMs: input.updatedAtMs };
@@ -782,76 +757,4 @@ export class SqliteStore implements Store {
         storedAtMs: r.stored_at_ms,
       }));
   }
-}
-
-/**
- * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
- * rows holds up to limit + 1 rows so that hasMore needs no second query.
- */
-function takeWithinBytes<T>(
-  rows: T[],
-  limit: number,
-  maxBytes: number,
-  size: (row: T) => number,
-): { items: T[]; hasMore: boolean } {
-  const items: T[] = [];
-  let bytes = 0;
-  for (const row of rows) {
-    if (items.length === limit) break;
-    const n = size(row);
-    if (items.length > 0 && bytes + n > maxBytes) break;
-    items.push(row);
-    bytes += n;
-  }
-  return { items, hasMore: rows.length > items.length };
-}
-
-interface DeliveryDbRow {
-  outgoing_key: string;
-  base_key: string;
-  sender_login: string;
-  recipient_login: string;
-  revision_time_ms: number;
-  reencrypted_at_ms: number;
-  state: DeliveryState;
-  attempt: number;
-  accepted_at_ms: number;
-  next_attempt_at_ms: number | null;
-  lease_until_ms: number | null;
-  row_version: number;
-  last_error: string | null;
-}
-
-function toDeliveryRow(r: DeliveryDbRow): DeliveryRow {
-  return {
-    outgoingKey: r.outgoing_key,
-    baseKey: r.base_key,
-    senderLogin: r.sender_login,
-    recipientLogin: r.recipient_login,
-    revisionTimeMs: r.revision_time_ms,
-    reencryptedAtMs: r.reencrypted_at_ms,
-    state: r.state,
-    attempt: r.attempt,
-    acceptedAtMs: r.accepted_at_ms,
-    nextAttemptAtMs: r.next_attempt_at_ms,
-    leaseUntilMs: r.lease_until_ms,
-    rowVersion: r.row_version,
-    lastError: r.last_error,
-  };
-}
-
-function toStoredCopy(r: MessageRow): StoredCopy {
-  const [fromLogin, toLogin] = r.message_type % 2 === 0 ? [r.owner_login, r.peer_login] : [r.peer_login, r.owner_login];
-  return {
-    messageKey: r.message_key,
-    baseKey: r.base_key,
-    messageType: r.message_type,
-    fromLogin,
-    toLogin,
-    timeMs: r.time_ms,
-    revisionTimeMs: r.revision_time_ms,
-    reencryptedAtMs: r.reencrypted_at_ms,
-    storedAtMs: r.stored_at_ms,
-    blob: new Uint8Array(r.blob.buffer, r.blob.byteOffset, r.blob.byteLength),
-  };
 }

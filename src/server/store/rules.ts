@@ -1,0 +1,242 @@
+/**
+ * What a stored copy does, decided without a database (docs/protocol.md §3, §5.2, §7). Both dialects
+ * gather the facts a decision needs inside their transaction, call these functions, and apply the plan
+ * they return; so the rules (tombstones win, the latest revision wins, receipts set readAt on their
+ * target, deletes remove their targets, outbox rows follow copies) are written once.
+ */
+import { compareBytes } from '../../protocol/bytes.js';
+import type { Container } from '../../protocol/container.js';
+import {
+  baseKeyOf,
+  compareRevision,
+  deleteTargetBaseKey,
+  messageKeyOf,
+  ownerOf,
+  parseDeleteConversationBody,
+  parseReceiptBody,
+  peerOf,
+  receiptTargetBaseKey,
+  syncIdOf,
+} from '../../protocol/container.js';
+import type { CopyResult, OutboxPolicy } from './types.js';
+
+/** The revision a stored row carries. */
+export interface StoredRevision {
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+}
+
+/** What a dialect must look up (in its transaction) before planCopy decides. */
+export interface CopyLookups {
+  owner: string;
+  peer: string;
+  baseKey: string;
+  messageKey: string;
+  /** Look up the conversation tombstone of (owner, peer). */
+  conversationTombstone: boolean;
+  /** Look up whether (owner, baseKey) has a message tombstone. */
+  messageTombstone: boolean;
+  /** Look up the earliest readAt among owner's receipts that name baseKey (a receipt may come first). */
+  earliestReceipt: boolean;
+}
+
+export function copyLookups(c: Container): CopyLookups {
+  const t = c.messageType;
+  return {
+    owner: ownerOf(c),
+    peer: peerOf(c),
+    baseKey: baseKeyOf(c),
+    messageKey: messageKeyOf(c),
+    conversationTombstone: t <= 6,
+    messageTombstone: t <= 2,
+    earliestReceipt: t <= 2,
+  };
+}
+
+/** The answers to CopyLookups (fields not asked for are null / false). */
+export interface CopyFacts {
+  /** delete_before_ms of the (owner, peer) conversation tombstone. */
+  conversationDeleteBeforeMs: number | null;
+  messageTombstoned: boolean;
+  /** The stored row of this messageKey. */
+  existing: (StoredRevision & { storedAtMs: number }) | null;
+  earliestReceiptReadAtMs: number | null;
+}
+
+/** The signed_messages row to insert, or the columns to update on the existing one. */
+export interface CopyRow {
+  messageKey: string;
+  baseKey: string;
+  owner: string;
+  peer: string;
+  messageType: number;
+  timeMs: number;
+  nonce: number;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  /** created_at_ms and stored_at_ms of an insert; stored_at_ms of an update. */
+  nowMs: number;
+  /** read_at_ms: a receipt's readAtMs, or a text copy's earliest known read (inserts only). */
+  readAtMs: number | null;
+  /** target_base_key: the message a receipt or delete names. */
+  targetBaseKey: string | null;
+  replay: boolean;
+  originDevice: string | null;
+  blob: Uint8Array;
+}
+
+/** What storing the copy does to other rows of the same owner. */
+export type CopyEffect =
+  /** Set read_at_ms of owner's copy targetMessageKey to readAtMs where it is null or later. */
+  | { kind: 'markRead'; owner: string; targetMessageKey: string; readAtMs: number }
+  /**
+   * Insert the (owner, 'message', targetBaseKey) tombstone if missing, then delete owner's copies
+   * `${targetBaseKey}|1`, `${targetBaseKey}|2` and owner's receipts naming targetBaseKey, with their outbox rows.
+   */
+  | { kind: 'deleteMessage'; owner: string; targetBaseKey: string }
+  /**
+   * Upsert the (owner, 'conversation', peer) tombstone keeping the larger deleteBeforeMs, then delete
+   * owner's copies with that peer, type ≤ 6 and time_ms ≤ deleteBeforeMs, with their outbox rows.
+   */
+  | { kind: 'deleteConversation'; owner: string; peer: string; deleteBeforeMs: number };
+
+export type CopyPlan =
+  | { write: null; result: CopyResult }
+  | { write: 'insert' | 'update'; row: CopyRow; effect: CopyEffect | null; result: CopyResult };
+
+/** Decides what storing c does, given the facts copyLookups(c) asked for. */
+export function planCopy(
+  c: Container,
+  facts: CopyFacts,
+  opts: { nowMs: number; replay: boolean; originDevice: string | null },
+): CopyPlan {
+  const { owner, peer, baseKey, messageKey } = copyLookups(c);
+  const t = c.messageType;
+  // Tombstones win: a deleted conversation or message never comes back.
+  if (t <= 6 && facts.conversationDeleteBeforeMs !== null && facts.conversationDeleteBeforeMs >= c.timeMs) {
+    return { write: null, result: { messageKey, outcome: 'tombstoned', storedAtMs: 0 } };
+  }
+  if (t <= 2 && facts.messageTombstoned)
+    return { write: null, result: { messageKey, outcome: 'tombstoned', storedAtMs: 0 } };
+  // The latest revision wins; an equal or older one changes nothing.
+  if (facts.existing && compareRevision(c, facts.existing) <= 0) {
+    return { write: null, result: { messageKey, outcome: 'unchanged', storedAtMs: facts.existing.storedAtMs } };
+  }
+  let targetBaseKey: string | null = null;
+  let readAtMs: number | null = null;
+  let effect: CopyEffect | null = null;
+  if (t === 3 || t === 4) {
+    targetBaseKey = receiptTargetBaseKey(c);
+    readAtMs = parseReceiptBody(c).readAtMs;
+    // A type 3 copy belongs to the original sender (its type 2 copy); a type 4 to the reader (type 1).
+    effect = { kind: 'markRead', owner, targetMessageKey: `${targetBaseKey}|${t === 3 ? 2 : 1}`, readAtMs };
+  } else if (t === 5 || t === 6) {
+    targetBaseKey = deleteTargetBaseKey(c);
+    effect = { kind: 'deleteMessage', owner, targetBaseKey };
+  } else if (t === 7 || t === 8) {
+    effect = { kind: 'deleteConversation', owner, peer, deleteBeforeMs: parseDeleteConversationBody(c).deleteBeforeMs };
+  } else {
+    readAtMs = facts.earliestReceiptReadAtMs;
+  }
+  const row: CopyRow = {
+    messageKey,
+    baseKey,
+    owner,
+    peer,
+    messageType: t,
+    timeMs: c.timeMs,
+    nonce: c.nonce,
+    revisionTimeMs: c.revisionTimeMs,
+    reencryptedAtMs: c.reencryptedAtMs,
+    nowMs: opts.nowMs,
+    readAtMs,
+    targetBaseKey,
+    replay: opts.replay,
+    originDevice: opts.originDevice,
+    blob: c.bytes,
+  };
+  return {
+    write: facts.existing ? 'update' : 'insert',
+    row,
+    effect,
+    result: { messageKey, outcome: facts.existing ? 'updated' : 'inserted', storedAtMs: opts.nowMs },
+  };
+}
+
+/** Whether a copy's store changed the database (so outbox and delivery rows follow it). */
+export const copyChanged = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';
+
+/** An outbox row to upsert (dm_sync_outbox; the owner's outbox key is its copy's messageKey). */
+export interface OutboxRow {
+  owner: string;
+  primaryMessageKey: string;
+  syncId: string;
+  storedAtMs: number;
+  blobs: Uint8Array[];
+  synced: boolean;
+}
+
+/**
+ * The outbox row for one stored copy of owner, or null when the copy did not change or owner gets no
+ * outbox row (not a local user). A pair's outgoing copy carries both blobs: the other server needs the
+ * recipient's copy to deliver it.
+ */
+export function outboxRowFor(
+  result: CopyResult,
+  copy: Container,
+  blobs: Uint8Array[],
+  policy: OutboxPolicy,
+  nowMs: number,
+): OutboxRow | null {
+  const owner = ownerOf(copy);
+  const synced = policy.owners.get(owner);
+  if (!copyChanged(result) || synced === undefined) return null;
+  return {
+    owner,
+    primaryMessageKey: result.messageKey,
+    syncId: syncIdOf(result.messageKey, copy.revisionTimeMs, copy.reencryptedAtMs),
+    storedAtMs: nowMs,
+    blobs,
+    synced,
+  };
+}
+
+/** Whether a setting value (updatedAtMs, value) replaces the stored one: newer wins, ties by value bytes. */
+export function settingWins(
+  incoming: { updatedAtMs: number; value: Uint8Array },
+  stored: { updatedAtMs: number; value: Uint8Array } | null,
+): boolean {
+  if (!stored) return true;
+  return (incoming.updatedAtMs - stored.updatedAtMs || compareBytes(incoming.value, stored.value)) > 0;
+}
+
+/** A setting's syncId: its key and updatedAtMs. */
+export const settingSyncId = (key: string, updatedAtMs: number): string => `${key}:${updatedAtMs}`;
+
+/** The key of a setting's syncId, or null when it is malformed. */
+export function settingKeyOfSyncId(syncId: string): string | null {
+  const cut = syncId.lastIndexOf(':');
+  return cut <= 0 ? null : syncId.slice(0, cut);
+}
+
+/**
+ * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
+ * rows holds up to limit + 1 rows so that hasMore needs no second query.
+ */
+export function takeWithinBytes<T>(
+  rows: T[],
+  limit: number,
+  maxBytes: number,
+  size: (row: T) => number,
+): { items: T[]; hasMore: boolean } {
+  const items: T[] = [];
+  let bytes = 0;
+  for (const row of rows) {
+    if (items.length === limit) break;
+    const n = size(row);
+    if (items.length > 0 && bytes + n > maxBytes) break;
+    items.push(row);
+    bytes += n;
+  }
+  return { items, hasMore: rows.length > items.length };
+}
