@@ -75,7 +75,7 @@ const buildStarted = performance.now();
 {
   const store = openSqliteStore({ path: join(sourceDir, 'shine.sqlite'), sync: SYNC });
   await store.migrate();
-  await store.putUser(profile, 'local', Date.now());
+  await store.directory.putUser(profile, 'local', Date.now());
   const base = Date.now() - EVENTS - 60_000;
   const outbox = { owners: new Map([[OWNER, false]]) };
   // Writes issued together share commits (group commit); a bounded window keeps the queue small.
@@ -89,7 +89,7 @@ const buildStarted = performance.now();
         { kind: 'text', bodyBytes: 96 },
       );
       writes.push(
-        store.storePair({
+        store.messages.storePair({
           incoming,
           outgoing,
           nowMs: t,

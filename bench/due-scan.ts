@@ -49,7 +49,7 @@ try {
   const store = openSqliteStore({ path: join(dir, 'shine.sqlite'), sync: 'full' });
   await store.migrate();
   const now = Date.now();
-  const scan = () => store.dueDeliveries(now, LIMIT);
+  const scan = () => store.delivery.dueDeliveries(now, LIMIT);
   const empty = await timeScans(scan, SCANS);
 
   // Terminal rows as the engine leaves them: no next attempt, no lease. One transaction, one statement.
@@ -89,7 +89,7 @@ try {
   const plan = conn.prepare(`EXPLAIN QUERY PLAN ${statement.source}`).all(now, now, LIMIT) as { detail: string }[];
   const unindexed = conn.prepare(statement.source.replace('INDEXED BY dm_delivery_state_due', 'NOT INDEXED'));
   const fullTableScan = await timeScans(() => unindexed.all(now, now, LIMIT), Math.max(5, Math.floor(SCANS / 100)));
-  const counts = await store.countDeliveriesByState();
+  const counts = await store.delivery.countDeliveriesByState();
   await store.close();
 
   const cpus = os.cpus();
@@ -104,7 +104,7 @@ try {
         platform: `${process.platform}-${process.arch}`,
       },
       durability: 'SQLite WAL + synchronous=FULL (the default; the scan itself is a read)',
-      query: `store.dueDeliveries(now, ${LIMIT})`,
+      query: `store.delivery.dueDeliveries(now, ${LIMIT})`,
       scans: SCANS,
       emptyTable: { rows: 0, ...empty },
       terminalRows: { rows: TERMINAL_ROWS, byState: counts, ...full },

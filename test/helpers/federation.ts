@@ -163,7 +163,7 @@ export async function adminSync(
 
 /** The delivery row of a pair on a server, straight from its store. */
 export function deliveryRow(server: RunningServer, outgoingKey: string): Promise<DeliveryRow | null> {
-  return server.ctx.store.getDelivery(outgoingKey);
+  return server.ctx.store.delivery.getDelivery(outgoingKey);
 }
 
 /** Waits until the server's delivery row for outgoingKey satisfies pred; resolves with it. */

@@ -51,7 +51,7 @@ describe('directory: importing an unknown user', () => {
       assert.ok(tookMs < firstAttemptWaitMs + 1_000, `answered after ${tookMs} ms`);
       assert.ok(tookMs >= firstAttemptWaitMs - 50, `gave the servers their time (${tookMs} ms)`);
       for (const [i, h] of holes.entries()) assert.ok(h.sockets.size > 0, `silent${i} was asked`);
-      assert.equal(await net.servers[0]!.ctx.store.getUser('zed'), null, 'nothing stored');
+      assert.equal(await net.servers[0]!.ctx.store.directory.getUser('zed'), null, 'nothing stored');
     } finally {
       for (const h of holes) {
         for (const s of h.sockets) s.destroy();

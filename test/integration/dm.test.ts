@@ -143,7 +143,7 @@ describe('dm: pair operation errors, in the order of docs/protocol.md §5.2', ()
     assert.deepEqual(await dmState(), state, `${code}: the dialog changed`);
     for (const p of opts.pairs ?? []) {
       for (const c of [p.incoming, p.outgoing])
-        assert.equal(await server.ctx.store.getCopy(messageKeyOf(c)), null, `${messageKeyOf(c)} was stored`);
+        assert.equal(await server.ctx.store.messages.getCopy(messageKeyOf(c)), null, `${messageKeyOf(c)} was stored`);
     }
     if (from === alice) await assertSessionWorks(alice);
   }
@@ -889,7 +889,7 @@ describe('dm: reconnect and replay (docs/protocol.md §5.3)', () => {
     await offline(phone, bob, 'phone');
     phone = await online(bob, 'phone');
     assert.deepEqual(directMessages(phone), []);
-    assert.deepEqual(await server.ctx.store.pendingForDevice('bob', 'phone', null, 10), []);
+    assert.deepEqual(await server.ctx.store.devices.pendingForDevice('bob', 'phone', null, 10), []);
   });
 
   it('a newer revision of an acknowledged copy is replayed, and so is a tombstone', async () => {

@@ -31,9 +31,9 @@ const FIVE_MIN = 5 * 60_000;
 
 /** Asserts that a server holds neither copy of the pair, nor a delivery row for it. */
 async function assertNothingStored(server: RunningServer, pair: TestPair): Promise<void> {
-  assert.equal(await server.ctx.store.getCopy(pair.incomingKey), null, `${pair.incomingKey} is not stored`);
-  assert.equal(await server.ctx.store.getCopy(pair.outgoingKey), null, `${pair.outgoingKey} is not stored`);
-  assert.equal(await server.ctx.store.getDelivery(pair.outgoingKey), null, 'no delivery row');
+  assert.equal(await server.ctx.store.messages.getCopy(pair.incomingKey), null, `${pair.incomingKey} is not stored`);
+  assert.equal(await server.ctx.store.messages.getCopy(pair.outgoingKey), null, `${pair.outgoingKey} is not stored`);
+  assert.equal(await server.ctx.store.delivery.getDelivery(pair.outgoingKey), null, 'no delivery row');
 }
 
 const incomingOnly = (pair: TestPair, extra: Record<string, unknown> = {}) => ({
@@ -219,7 +219,7 @@ describe('federation security: ServerAuth and server operations', () => {
     assert.equal(ok.messageKey, m.incomingKey);
     assert.equal(ok.deliveredWsSessions, 1);
     await directMessageEvent(aliceSession, m.incomingKey);
-    assert.ok(await alpha().ctx.store.getCopy(m.incomingKey));
+    assert.ok(await alpha().ctx.store.messages.getCopy(m.incomingKey));
   });
 
   it('refuses ReceiveIncomingMessage for a recipient this server does not serve (403 LOCAL_SERVER_NOT_ACCESS_SERVER); nothing stored', async () => {
@@ -271,8 +271,8 @@ describe('federation security: ServerAuth and server operations', () => {
     );
     assert.equal(answer.outgoingKey, forward.outgoingKey);
     assert.equal(answer.deliveryState, 'accepted');
-    assert.ok(await alpha().ctx.store.getCopy(forward.outgoingKey));
-    assert.ok(await alpha().ctx.store.getDelivery(forward.outgoingKey));
+    assert.ok(await alpha().ctx.store.messages.getCopy(forward.outgoingKey));
+    assert.ok(await alpha().ctx.store.delivery.getDelivery(forward.outgoingKey));
   });
 
   it('answers GetDmDeliveryStatus in single and batch form; an incoming key for its pair, an unknown key with known:false', async () => {
@@ -330,24 +330,24 @@ describe('federation security: ServerAuth and server operations', () => {
   it('an incoming copy from the recipient’s other access server is outboxed as synced; only an authenticated one', async () => {
     // ann is on alpha and delta: what delta hands alpha for her, delta holds already.
     await using d = await serverSession(alpha(), delta);
-    const before = await alpha().ctx.store.outboxCounts('ann');
+    const before = await alpha().ctx.store.replication.outboxCounts('ann');
     await d.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
-    assert.deepEqual(await alpha().ctx.store.outboxCounts('ann'), {
+    assert.deepEqual(await alpha().ctx.store.replication.outboxCounts('ann'), {
       synced: before.synced + 1,
       unsynced: before.unsynced,
     });
     await using g = await serverSession(alpha(), gamma);
     await g.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'ann')));
     assert.deepEqual(
-      await alpha().ctx.store.outboxCounts('ann'),
+      await alpha().ctx.store.replication.outboxCounts('ann'),
       { synced: before.synced + 1, unsynced: before.unsynced + 1 },
       'gamma is not ann’s server',
     );
     // With s2sAuth off a claim is trusted for routing, not for this: erin's row stays unsynced.
     await using c = await connectRaw(omega().wsUrl);
-    const erinBefore = await omega().ctx.store.outboxCounts('erin');
+    const erinBefore = await omega().ctx.store.replication.outboxCounts('erin');
     await c.call('ReceiveIncomingMessage', incomingOnly(textPair(carol, 'erin'), { sourceServerLogin: 'delta' }));
-    assert.deepEqual(await omega().ctx.store.outboxCounts('erin'), {
+    assert.deepEqual(await omega().ctx.store.replication.outboxCounts('erin'), {
       synced: erinBefore.synced,
       unsynced: erinBefore.unsynced + 1,
     });
@@ -361,7 +361,7 @@ describe('federation security: ServerAuth and server operations', () => {
       incomingOnly(m, { sourceServerLogin: 'gamma' }),
     );
     assert.equal(got.messageKey, m.incomingKey);
-    assert.ok(await omega().ctx.store.getCopy(m.incomingKey));
+    assert.ok(await omega().ctx.store.messages.getCopy(m.incomingKey));
 
     const forward = textPair(erin, 'carol');
     assertError(
@@ -376,7 +376,7 @@ describe('federation security: ServerAuth and server operations', () => {
       wholePair(forward, { sourceServerLogin: 'delta' }),
     );
     assert.equal(answer.outgoingKey, forward.outgoingKey);
-    assert.ok(await omega().ctx.store.getCopy(forward.outgoingKey));
+    assert.ok(await omega().ctx.store.messages.getCopy(forward.outgoingKey));
     assert.deepEqual(await c.call('GetDmDeliveryStatus', { messageKey: forward.outgoingKey }), {
       messageKey: forward.outgoingKey,
       known: true,
@@ -407,7 +407,7 @@ describe('federation security: ServerAuth and server operations', () => {
       500,
       'LOCAL_SERVER_NOT_CONFIGURED',
     );
-    assert.equal(await local().ctx.store.getCopy(m.incomingKey), null);
+    assert.equal(await local().ctx.store.messages.getCopy(m.incomingKey), null);
   });
 
   // Last: it restarts alpha, which ends the sessions opened in before().

@@ -171,8 +171,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal((await sendPair(a, earlier)).deliveryState, 'delivered');
     await waitUntil(
       async () =>
-        (await net.servers[1]!.ctx.store.getCopy(earlier.incomingKey)) !== null &&
-        (await net.servers[2]!.ctx.store.getCopy(earlier.incomingKey)) !== null,
+        (await net.servers[1]!.ctx.store.messages.getCopy(earlier.incomingKey)) !== null &&
+        (await net.servers[2]!.ctx.store.messages.getCopy(earlier.incomingKey)) !== null,
     );
     await net.stop(1);
     await net.stop(2);
@@ -527,7 +527,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const m = textPair(alice, 'bob');
     assert.equal((await sendPair(a, m)).deliveryState, 'delivered', 'the first attempt went to gamma');
     await directMessageEvent(bobG, m.incomingKey);
-    assert.deepEqual((await alpha.ctx.store.getUser('bob'))?.profile.accessServers, ['gamma']);
+    assert.deepEqual((await alpha.ctx.store.directory.getUser('bob'))?.profile.accessServers, ['gamma']);
   });
 
   it('imports an unknown recipient’s profile from its access server, and only from a server its profile lists', async () => {
@@ -543,11 +543,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await using b = await connectUser(beta.wsUrl, bob);
     await (await connectUser(beta.wsUrl, dave)).close();
 
-    assert.equal(await alpha.ctx.store.getUser('bob'), null, 'alpha has never seen bob');
+    assert.equal(await alpha.ctx.store.directory.getUser('bob'), null, 'alpha has never seen bob');
     const m = textPair(alice, 'bob');
     assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
     await directMessageEvent(b, m.incomingKey);
-    const imported = await alpha.ctx.store.getUser('bob');
+    const imported = await alpha.ctx.store.directory.getUser('bob');
     assert.equal(imported?.source, 'imported');
     assert.deepEqual(imported?.profile, bob.profile);
 
@@ -555,7 +555,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await using anonymous = await connectRaw(gamma.wsUrl);
     const notImported = await anonymous.request('GetUserProfile', { login: 'dave' });
     assert.equal(!notImported.ok && notImported.error.code, 'USER_NOT_FOUND');
-    assert.equal(await gamma.ctx.store.getUser('dave'), null);
+    assert.equal(await gamma.ctx.store.directory.getUser('dave'), null);
     // gamma learns dave's genuine profile; with beta down it is the only server that can answer for dave.
     await using g = await connectUser(gamma.wsUrl, makeUser('gina', ['gamma']));
     assert.deepEqual((await g.call<{ profile: unknown }>('GetUserProfile', { login: 'dave' })).profile, dave.profile);
@@ -573,8 +573,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       asked + 1,
       'alpha asked gamma, and refused its answer: gamma is not in dave’s accessServers',
     );
-    assert.equal(await alpha.ctx.store.getUser('dave'), null);
-    assert.equal(await alpha.ctx.store.getCopy(toDave.outgoingKey), null, 'nothing stored');
+    assert.equal(await alpha.ctx.store.directory.getUser('dave'), null);
+    assert.equal(await alpha.ctx.store.messages.getCopy(toDave.outgoingKey), null, 'nothing stored');
     assert.equal(await deliveryRow(alpha, toDave.outgoingKey), null);
   });
 });

@@ -90,9 +90,9 @@ async function setup(scripts: Record<string, Script>, syncMaxPages: number) {
   const log = createLogger('warn', (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
   const net = await startNetwork({ servers: [replicationServer('alpha2', { syncMaxPages, log })] });
   const a2 = net.servers[0]!;
-  await a2.ctx.store.putServer(fakeServer('alpha1', peer.url).descriptor, 'static');
+  await a2.ctx.store.directory.putServer(fakeServer('alpha1', peer.url).descriptor, 'static');
   for (const owner of Object.keys(scripts))
-    await a2.ctx.store.putUser(makeUser(owner, ['alpha1', 'alpha2']).profile, 'local', Date.now());
+    await a2.ctx.store.directory.putUser(makeUser(owner, ['alpha1', 'alpha2']).profile, 'local', Date.now());
   const close = async () => {
     await net.close();
     await peer.close();
@@ -139,7 +139,7 @@ describe('replication: a peer that breaks the pull protocol', () => {
       const summary = await syncNow(t.a2.httpUrl);
       assert.equal(summary.errors, 0);
       assert.equal(summary.settingsRows, 1);
-      const stored = await t.a2.ctx.store.getSettings('fine', ['theme', 'future']);
+      const stored = await t.a2.ctx.store.settings.getSettings('fine', ['theme', 'future']);
       assert.deepEqual(
         stored.map((r) => r.key),
         ['theme'],
@@ -153,7 +153,7 @@ describe('replication: a peer that breaks the pull protocol', () => {
       assert.equal(await metricValue(t.a2.httpUrl, 'sync_errors_total', 'peer="alpha1"'), 1);
       // Left unsynced at the peer: it is offered again, and refused again, until its time has come.
       await syncNow(t.a2.httpUrl);
-      assert.equal((await t.a2.ctx.store.getSettings('fine', ['future'])).length, 0);
+      assert.equal((await t.a2.ctx.store.settings.getSettings('fine', ['future'])).length, 0);
     },
   );
 

@@ -60,11 +60,19 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     assert.equal(summary.dmRows, good.length, 'the good rows are stored');
     // Refused once each: the cycle's second pass from the start (which finds them unsynced) passes them over.
     assert.equal(await metricValue(a2.httpUrl, 'sync_errors_total', 'peer="alpha1"'), 2);
-    for (const p of good) assert.ok(await a2.ctx.store.getCopy(p.outgoingKey), `${p.outgoingKey} on alpha2`);
-    assert.equal(await a2.ctx.store.getCopy(foreign.outgoingKey), null, 'a pair of another owner is not stored');
-    assert.equal(await a2.ctx.store.getCopy(`${foreign.baseKey}|1`), null);
-    assert.equal(await a2.ctx.store.getDelivery(foreign.outgoingKey), null, 'nor delivered from here');
-    assert.equal(await a2.ctx.store.getCopy(broken.outgoingKey), null, 'a row that does not verify is not stored');
+    for (const p of good) assert.ok(await a2.ctx.store.messages.getCopy(p.outgoingKey), `${p.outgoingKey} on alpha2`);
+    assert.equal(
+      await a2.ctx.store.messages.getCopy(foreign.outgoingKey),
+      null,
+      'a pair of another owner is not stored',
+    );
+    assert.equal(await a2.ctx.store.messages.getCopy(`${foreign.baseKey}|1`), null);
+    assert.equal(await a2.ctx.store.delivery.getDelivery(foreign.outgoingKey), null, 'nor delivered from here');
+    assert.equal(
+      await a2.ctx.store.messages.getCopy(broken.outgoingKey),
+      null,
+      'a row that does not verify is not stored',
+    );
     // The refused rows stay unsynced on alpha1 (not acked); the good ones were acked.
     assert.deepEqual(await outboxCounts(a1.httpUrl, 'alice'), { owner: 'alice', synced: good.length, unsynced: 2 });
   });

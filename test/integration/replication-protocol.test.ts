@@ -271,15 +271,16 @@ describe('replication protocol', () => {
     // before that page's first row (as when its time was taken just before the read, in the same
     // millisecond). The cursor has passed it.
     const store = srv(A1).ctx.store;
-    const readPage = store.dmSyncPage.bind(store);
+    const outboxes = store.replication;
+    const readPage = outboxes.dmSyncPage.bind(outboxes);
     const late = pairOf({ from: 'gus', to: 'carol', timeMs: t + 10, nonce: 10 });
     let injected = false;
-    store.dmSyncPage = async (q) => {
+    outboxes.dmSyncPage = async (q) => {
       const page = await readPage(q);
       if (!injected && q.owner === 'gus' && page.items.length > 0) {
         injected = true;
         const nowMs = page.items[0]!.storedAtMs - 1;
-        await store.storePair({
+        await store.messages.storePair({
           incoming: late.incoming,
           outgoing: late.outgoing,
           nowMs,
@@ -300,7 +301,7 @@ describe('replication protocol', () => {
       );
       assert.ok(dmSnapshot(srv(A2), 'gus').copies.some((c) => c.key === late.outgoingKey));
     } finally {
-      store.dmSyncPage = readPage;
+      outboxes.dmSyncPage = readPage;
     }
   });
 
@@ -391,7 +392,7 @@ describe('replication protocol', () => {
   it('`shine sync` runs a cycle through POST /admin/sync and prints its summary', async () => {
     const ok = await cli(['sync', '--server', srv(A2).httpUrl, '--admin-token', ADMIN_TOKEN]);
     assert.equal(ok.code, 0, ok.stderr);
-    const shared = (await srv(A2).ctx.store.sharedUsers('alpha2', 'alpha1')).length;
+    const shared = (await srv(A2).ctx.store.directory.sharedUsers('alpha2', 'alpha1')).length;
     assert.ok(shared >= 4);
     assert.match(
       ok.stdout,

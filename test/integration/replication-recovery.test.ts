@@ -252,7 +252,7 @@ describe('replication: recovery', () => {
     // alpha2 forwarded the pair to alpha1, which runs its own first attempt (docs/protocol.md §5.4): bravo is called
     // twice, stores once.
     await waitUntil(
-      async () => (await srv(A1).ctx.store.getDelivery(fresh.outgoingKey))?.state === 'delivered',
+      async () => (await srv(A1).ctx.store.delivery.getDelivery(fresh.outgoingKey))?.state === 'delivered',
       10_000,
       'alpha1 delivered its copy of the pair',
     );

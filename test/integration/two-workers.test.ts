@@ -58,7 +58,7 @@ describe('two workers sharing one SQLite database', () => {
     const dbPath = join(sharedDir, 'shine.sqlite');
     store = openSqliteStore({ path: dbPath, sync: 'full' });
     await store.migrate();
-    await store.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
+    await store.directory.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
     const [pA1, pA2, pB] = await Promise.all([freePort(), freePort(), freePort()]);
     const logLevel = process.env.SHINE_TEST_LOG_LEVEL ?? 'error';
     const alpha = {
@@ -106,7 +106,7 @@ describe('two workers sharing one SQLite database', () => {
     const warm = await aliceOnA1.sendText('bob', 'warm-up');
     // Only what comes after the warm-up is counted: its row must be settled and the workers idle.
     await waitUntil(
-      async () => (await store.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()),
+      async () => (await store.delivery.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()),
       15_000,
       'warm-up delivered',
     );
@@ -123,7 +123,7 @@ describe('two workers sharing one SQLite database', () => {
     // One burst in one turn of the event loop: the store's group commit writes it in a few transactions.
     const stored = await Promise.all(
       pairs.map((p) =>
-        store.storePair({
+        store.messages.storePair({
           incoming: p.incoming,
           outgoing: p.outgoing,
           nowMs: now,
@@ -135,13 +135,13 @@ describe('two workers sharing one SQLite database', () => {
     assert.ok(stored.every((r) => r.outgoing.outcome === 'inserted' && r.deliveryState === 'accepted'));
 
     await waitUntil(
-      async () => (await store.countDeliveriesByState()).accepted === 0 && (await idle()),
+      async () => (await store.delivery.countDeliveriesByState()).accepted === 0 && (await idle()),
       45_000,
       'every row terminal and both workers idle',
     );
 
-    assert.deepEqual(await store.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
-    const rows = await Promise.all(stored.map((r) => store.getDelivery(r.outgoing.messageKey)));
+    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
+    const rows = await Promise.all(stored.map((r) => store.delivery.getDelivery(r.outgoing.messageKey)));
     assert.ok(
       rows.every((r) => r?.state === 'delivered' && r.leaseUntilMs === null),
       'each row delivered, lease released',

@@ -40,7 +40,7 @@ describe('SQLite store', () => {
 
   const put = (spec: PairSpec, extra: Partial<StorePairInput> = {}) => {
     const p = testPair(spec);
-    return store.storePair({
+    return store.messages.storePair({
       ...p,
       nowMs: spec.timeMs,
       outbox: both,
@@ -65,7 +65,7 @@ describe('SQLite store', () => {
       body: new Uint8Array([9]),
     });
     assert.equal(r3.outgoing.outcome, 'unchanged');
-    const copy = await store.getCopy('alice|bob|' + T0 + '|1|2');
+    const copy = await store.messages.getCopy('alice|bob|' + T0 + '|1|2');
     assert.equal(copy?.revisionTimeMs, 10);
   });
 
@@ -80,7 +80,7 @@ describe('SQLite store', () => {
     );
     assert.equal(edit.outgoing.outcome, 'updated');
     assert.equal(edit.deliveryState, 'accepted');
-    const h = await store.getDirectMessages({
+    const h = await store.messages.getDirectMessages({
       owner: 'bob',
       peer: 'alice',
       beforeTimeMs: 0,
@@ -97,7 +97,7 @@ describe('SQLite store', () => {
     const receipt = encodeReceiptBody({ readAtMs: T0 + 60, targetTimeMs: msg.timeMs, targetNonce: msg.nonce });
     await put({ type: 3, from: 'alice', to: 'bob', timeMs: T0 + 60, nonce: 5, body: receipt });
     await put(msg);
-    const bobSide = await store.getDirectMessages({
+    const bobSide = await store.messages.getDirectMessages({
       owner: 'bob',
       peer: 'alice',
       beforeTimeMs: 0,
@@ -105,7 +105,7 @@ describe('SQLite store', () => {
       limit: 50,
     });
     assert.equal(bobSide.items.find((i) => i.timeMs === msg.timeMs)?.readAtMs, T0 + 60);
-    const aliceSide = await store.getDirectMessages({
+    const aliceSide = await store.messages.getDirectMessages({
       owner: 'alice',
       peer: 'bob',
       beforeTimeMs: 0,
@@ -126,13 +126,13 @@ describe('SQLite store', () => {
     const late = await put(msg);
     assert.equal(late.outgoing.outcome, 'tombstoned');
     assert.equal(late.incoming.outcome, 'tombstoned');
-    assert.equal(await store.getCopy(messageKeyOf({ ...testPair(msg).outgoing })), null);
+    assert.equal(await store.messages.getCopy(messageKeyOf({ ...testPair(msg).outgoing })), null);
     const msg2 = { from: 'alice', to: 'bob', timeMs: T0 + 300, nonce: 11 } as const;
     await put(msg2);
     const del2 = encodeDeleteMessageBody({ targetTimeMs: msg2.timeMs, targetNonce: msg2.nonce, targetSender: 1 });
     await put({ type: 5, from: 'bob', to: 'alice', timeMs: T0 + 310, nonce: 12, body: del2 });
-    assert.equal(await store.getCopy(`${baseKeyOf(testPair(msg2).incoming)}|1`), null);
-    assert.equal(await store.getCopy(`${baseKeyOf(testPair(msg2).incoming)}|2`), null);
+    assert.equal(await store.messages.getCopy(`${baseKeyOf(testPair(msg2).incoming)}|1`), null);
+    assert.equal(await store.messages.getCopy(`${baseKeyOf(testPair(msg2).incoming)}|2`), null);
     const n = store.db.conn
       .prepare(`SELECT COUNT(*) AS n FROM dm_sync_outbox WHERE primary_message_key LIKE ?`)
       .get(`${baseKeyOf(testPair(msg2).incoming)}|%`) as { n: number };
@@ -145,7 +145,7 @@ describe('SQLite store', () => {
     const seen: string[] = [];
     let cursor = { beforeTimeMs: 0, beforeMessageKey: '' };
     for (;;) {
-      const page = await store.getDirectMessages({ owner: 'carol', peer: 'dave', ...cursor, limit: 7 });
+      const page = await store.messages.getDirectMessages({ owner: 'carol', peer: 'dave', ...cursor, limit: 7 });
       seen.push(...page.items.map((i) => i.messageKey));
       if (!page.hasMore) break;
       const last = page.items.at(-1)!;
@@ -155,7 +155,7 @@ describe('SQLite store', () => {
     assert.equal(new Set(seen).size, 30);
     const conv = encodeDeleteConversationBody({ deleteBeforeMs: T0 + 1004 });
     await put({ type: 7, from: 'dave', to: 'carol', timeMs: T0 + 2000, nonce: 1, body: conv });
-    const rest = await store.getDirectMessages({
+    const rest = await store.messages.getDirectMessages({
       owner: 'carol',
       peer: 'dave',
       beforeTimeMs: 0,
@@ -166,7 +166,7 @@ describe('SQLite store', () => {
     assert.ok(rest.items.every((i) => i.timeMs > T0 + 1004));
     const again = await put({ from: 'carol', to: 'dave', timeMs: T0 + 1001, nonce: 99 });
     assert.equal(again.outgoing.outcome, 'tombstoned');
-    const convs = await store.getConversations('dave', 10);
+    const convs = await store.messages.getConversations('dave', 10);
     assert.deepEqual(
       convs.map((c) => c.peerLogin),
       ['carol'],
@@ -177,9 +177,9 @@ describe('SQLite store', () => {
   it('names as last message of a conversation the first of its history, among messages of the same timeMs too', async () => {
     for (const nonce of [900, 7, 12345, 50]) await put({ from: 'hank', to: 'gina', timeMs: T0 + 5, nonce });
     for (const owner of ['gina', 'hank']) {
-      const [conv] = await store.getConversations(owner, 10);
+      const [conv] = await store.messages.getConversations(owner, 10);
       const [newest] = (
-        await store.getDirectMessages({
+        await store.messages.getDirectMessages({
           owner,
           peer: owner === 'gina' ? 'hank' : 'gina',
           beforeTimeMs: 0,
@@ -192,30 +192,30 @@ describe('SQLite store', () => {
   });
 
   it('replays to a known device what it has not acknowledged, again after a newer revision', async () => {
-    await store.touchDevice('erin', 'phone', T0);
+    await store.devices.touchDevice('erin', 'phone', T0);
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1 });
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 2, nonce: 2 });
     await put(
       { from: 'erin', to: 'frank', timeMs: T0 + 3, nonce: 3 },
       { senderDevice: { login: 'erin', deviceId: 'phone' } },
     );
-    let pending = await store.pendingForDevice('erin', 'phone', null, 100);
+    let pending = await store.devices.pendingForDevice('erin', 'phone', null, 100);
     assert.equal(pending.length, 2);
     assert.equal(
-      await store.ackForDevice('erin', 'phone', pending.map((p) => p.messageKey).concat(['nope|x']), T0 + 5),
+      await store.devices.ackForDevice('erin', 'phone', pending.map((p) => p.messageKey).concat(['nope|x']), T0 + 5),
       2,
     );
-    assert.equal((await store.pendingForDevice('erin', 'phone', null, 100)).length, 0);
+    assert.equal((await store.devices.pendingForDevice('erin', 'phone', null, 100)).length, 0);
     await put({ from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1, revisionTimeMs: T0 + 10 });
-    pending = await store.pendingForDevice('erin', 'phone', null, 100);
+    pending = await store.devices.pendingForDevice('erin', 'phone', null, 100);
     assert.equal(pending.length, 1);
     assert.equal(pending[0]!.revisionTimeMs, T0 + 10);
-    assert.equal(await store.forgetDevicesBefore(T0 + 1), 1);
+    assert.equal(await store.devices.forgetDevicesBefore(T0 + 1), 1);
   });
 
   it('settings: last writer wins by time, ties by value bytes', async () => {
     const set = (v: number[], at: number) =>
-      store.setSetting({
+      store.settings.setSetting({
         owner: 'alice',
         key: 'theme',
         value: new Uint8Array(v),
@@ -228,11 +228,11 @@ describe('SQLite store', () => {
     assert.deepEqual(await set([0], 100), { applied: false, updatedAtMs: 100 });
     assert.deepEqual(await set([2], 100), { applied: true, updatedAtMs: 100 });
     assert.deepEqual(
-      (await store.getSettings('alice')).map((s) => [s.key, [...s.value]]),
+      (await store.settings.getSettings('alice')).map((s) => [s.key, [...s.value]]),
       [['theme', [2]]],
     );
     await set([], 200);
-    assert.equal((await store.getSettings('alice', ['theme'])).length, 0);
+    assert.equal((await store.settings.getSettings('alice', ['theme'])).length, 0);
   });
 
   it('group commit: concurrent writes share commits and all resolve after them', async () => {
@@ -242,7 +242,7 @@ describe('SQLite store', () => {
     );
     const commits = store.db.stats.commits - before.commits;
     assert.ok(commits < 20, `200 writes took ${commits} commits`);
-    const page = await store.getDirectMessages({
+    const page = await store.messages.getDirectMessages({
       owner: 'hank',
       peer: 'gina',
       beforeTimeMs: 0,

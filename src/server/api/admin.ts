@@ -34,7 +34,7 @@ export function adminApi(deps: { store: Store; replication: ReplicationService; 
         const state = (url.searchParams.get('state') ?? 'accepted') as DeliveryState;
         if (!STATES.includes(state)) throw new ShineError('BAD_FIELDS', 'state must be accepted, delivered or failed');
         const limit = Math.min(1000, Math.max(1, Number(url.searchParams.get('limit') ?? 200) || 200));
-        return { state, rows: await store.listDeliveries(state, limit) };
+        return { state, rows: await store.delivery.listDeliveries(state, limit) };
       },
     },
     {
@@ -43,7 +43,7 @@ export function adminApi(deps: { store: Store; replication: ReplicationService; 
       async handle(url) {
         const owner = url.searchParams.get('owner');
         if (!owner) throw new ShineError('EMPTY_OWNER_LOGIN', 'owner is required');
-        return { owner, ...(await store.outboxCounts(owner)) };
+        return { owner, ...(await store.replication.outboxCounts(owner)) };
       },
     },
     {
@@ -64,7 +64,7 @@ export function adminApi(deps: { store: Store; replication: ReplicationService; 
                 consecutiveFailures: health?.consecutiveFailures ?? 0,
                 lastError: health?.lastError ?? null,
                 failingSinceMs: health?.failingSinceMs ?? null,
-                dueRows: await store.countAcceptedFor(serverLogin),
+                dueRows: await store.delivery.countAcceptedFor(serverLogin),
               };
             }),
           ),
@@ -75,7 +75,7 @@ export function adminApi(deps: { store: Store; replication: ReplicationService; 
     {
       method: 'POST',
       path: '/admin/mark-unsynced',
-      handle: (url) => store.markUnsynced(url.searchParams.get('owner') || null),
+      handle: (url) => store.replication.markUnsynced(url.searchParams.get('owner') || null),
     },
   ];
 }

@@ -137,10 +137,10 @@ export class DeliveryEngine {
     const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
       if (!ok) return { state: 'accepted', changed: false };
       try {
-        if (await this.deps.store.markDelivered(outgoingKey, outgoing, this.deps.clock.now()))
+        if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now()))
           return { state: 'delivered', changed: true };
         // The worker delivered this revision meanwhile, or a newer revision replaced it.
-        const row = await this.deps.store.getDelivery(outgoingKey);
+        const row = await this.deps.store.delivery.getDelivery(outgoingKey);
         const same =
           row?.revisionTimeMs === outgoing.revisionTimeMs && row.reencryptedAtMs === outgoing.reencryptedAtMs;
         return { state: same && row.state === 'delivered' ? 'delivered' : 'accepted', changed: false };
@@ -243,9 +243,9 @@ export class DeliveryEngine {
     const now = clock.now();
     if (now - this.countedAtMs >= 30_000) {
       this.countedAtMs = now;
-      this.byState = await store.countDeliveriesByState();
+      this.byState = await store.delivery.countDeliveriesByState();
     }
-    const due = await store.dueDeliveries(now, room);
+    const due = await store.delivery.dueDeliveries(now, room);
     let queued = 0;
     for (const row of due) {
       if (this.queuedKeys.has(row.outgoingKey)) continue;
@@ -284,7 +284,7 @@ export class DeliveryEngine {
     const { store, clock, config } = this.deps;
     // A lease outlives one attempt: the peer check, the profile refresh and the parallel calls, one
     // timeout each at most (a call's timeout covers its backoff wait, dial and ServerAuth too).
-    const mine = await store.claimDelivery(
+    const mine = await store.delivery.claimDelivery(
       row.outgoingKey,
       row.rowVersion,
       clock.now() + LEASE_TIMEOUTS * config.s2sTimeoutMs,
@@ -303,7 +303,7 @@ export class DeliveryEngine {
     // The row's attempt index past the schedule means its last regular attempt is the one now due.
     const regular = due >= row.attempt || row.attempt >= schedule.length;
 
-    const copy = await store.getCopy(incomingKeyOf(row.outgoingKey));
+    const copy = await store.messages.getCopy(incomingKeyOf(row.outgoingKey));
     if (!copy || copy.revisionTimeMs !== row.revisionTimeMs || copy.reencryptedAtMs !== row.reencryptedAtMs) {
       // Deleted, or replaced by a newer revision whose own row supersedes this one.
       await this.finish(row, { state: 'failed', attempt: row.attempt, nextAttemptAtMs: null, lastError: 'copy gone' });
@@ -369,7 +369,12 @@ export class DeliveryEngine {
   }
 
   private async finish(row: DeliveryRow, update: DeliveryUpdate): Promise<void> {
-    const ok = await this.deps.store.finishDelivery(row.outgoingKey, row.rowVersion, update, this.deps.clock.now());
+    const ok = await this.deps.store.delivery.finishDelivery(
+      row.outgoingKey,
+      row.rowVersion,
+      update,
+      this.deps.clock.now(),
+    );
     if (!ok) return; // a newer revision or another path changed the row meanwhile
     const extra = update.state === 'accepted' && update.attempt === row.attempt;
     this.attempts.inc({ outcome: update.state === 'accepted' ? (extra ? 'extra' : 'retry') : update.state });
@@ -396,7 +401,7 @@ export class DeliveryEngine {
     const now = clock.now();
     // A pair accepted moments ago may be in its first attempt right now (no lease guards it): waking
     // it would run a second, concurrent attempt of the same row. Its regular schedule covers it.
-    const woken = await store.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
+    const woken = await store.delivery.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
     if (woken > 0) {
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
       this.scan();

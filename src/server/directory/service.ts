@@ -76,7 +76,7 @@ export class Directory {
 
   /** Publishes this server's descriptor to its own table and loads the static directory file, if any. */
   async start(): Promise<void> {
-    await this.deps.store.putServer(this.selfDescriptor(), 'self');
+    await this.deps.store.directory.putServer(this.selfDescriptor(), 'self');
     if (this.deps.config.directoryFile) await this.loadStaticFile(this.deps.config.directoryFile);
   }
 
@@ -159,7 +159,7 @@ export class Directory {
     const now = this.deps.clock.now();
     const hit = this.cache.get(login);
     if (hit && now - hit.cachedAtMs < CACHE_TTL_MS) return hit.entry;
-    const record = await this.deps.store.getUser(login);
+    const record = await this.deps.store.directory.getUser(login);
     if (!record) {
       this.cache.delete(login);
       return null;
@@ -194,7 +194,7 @@ export class Directory {
     if ((this.misses.get(login) ?? 0) > now) return null;
     const servers = new Set([
       ...config.peers.map((p) => p.serverLogin),
-      ...(await store.listServers()).map((r) => r.descriptor.serverLogin),
+      ...(await store.directory.listServers()).map((r) => r.descriptor.serverLogin),
     ]);
     servers.delete(config.serverLogin);
     // Each call ends by its own timeout anyway; the deadline bounds them all together.
@@ -206,7 +206,7 @@ export class Directory {
     }
     const { server, profile } = found;
     await this.profileLock.run(login, async () => {
-      if (!(await this.deps.store.getUser(login))) await this.save(profile, 'imported');
+      if (!(await this.deps.store.directory.getUser(login))) await this.save(profile, 'imported');
     });
     this.deps.log.info('profile imported', { login, from: server, version: profile.version });
     return this.lookupKnown(login);
@@ -248,7 +248,7 @@ export class Directory {
     if (!peers) return null;
     const login = known.profile.login;
     const self = this.deps.config.serverLogin;
-    const others = (await this.deps.store.listServers()).map((r) => r.descriptor.serverLogin);
+    const others = (await this.deps.store.directory.listServers()).map((r) => r.descriptor.serverLogin);
     const candidates = [
       ...new Set([...known.accessServers, ...this.deps.config.peers.map((p) => p.serverLogin), ...others]),
     ];
@@ -261,7 +261,7 @@ export class Directory {
         continue;
       }
       await this.profileLock.run(login, async () => {
-        const stored = (await this.deps.store.getUser(login))?.profile;
+        const stored = (await this.deps.store.directory.getUser(login))?.profile;
         // The same version again still renews fetchedAtMs.
         await this.save(stored && stored.version > profile.version ? stored : profile, 'imported');
       });
@@ -296,7 +296,8 @@ export class Directory {
   /** Every other server this one knows (configured peers, stored descriptors), with the URL calls go to. */
   async peerServers(): Promise<{ serverLogin: string; wsUrl: string }[]> {
     const byLogin = new Map(this.deps.config.peers.map((p) => [p.serverLogin, p.wsUrl]));
-    for (const r of await this.deps.store.listServers()) byLogin.set(r.descriptor.serverLogin, r.descriptor.wsUrl);
+    for (const r of await this.deps.store.directory.listServers())
+      byLogin.set(r.descriptor.serverLogin, r.descriptor.wsUrl);
     byLogin.delete(this.deps.config.serverLogin);
     return [...byLogin].sort(([a], [b]) => a.localeCompare(b)).map(([serverLogin, wsUrl]) => ({ serverLogin, wsUrl }));
   }
@@ -306,7 +307,7 @@ export class Directory {
    * fetched from its /.well-known/shine-server and pinned on first use.
    */
   async lookupServer(serverLogin: string): Promise<ServerRecord | null> {
-    const known = await this.deps.store.getServer(serverLogin);
+    const known = await this.deps.store.directory.getServer(serverLogin);
     if (known) return known;
     const peer = this.deps.config.peers.find((p) => p.serverLogin === serverLogin);
     if (!peer) return null;
@@ -322,7 +323,7 @@ export class Directory {
       const descriptor = d as ServerDescriptor;
       if (descriptor.serverLogin !== serverLogin) throw new Error(`descriptor names ${descriptor.serverLogin}`);
       if (!verifyDescriptor(descriptor, this.deps.verifier)) throw new Error('descriptor signature does not verify');
-      await this.deps.store.putServer({ ...descriptor }, 'peer');
+      await this.deps.store.directory.putServer({ ...descriptor }, 'peer');
       this.deps.log.info('peer descriptor pinned', { serverLogin, wsUrl: descriptor.wsUrl });
       return { descriptor, source: 'peer' };
     } catch (err) {
@@ -347,7 +348,7 @@ export class Directory {
       );
     }
     return this.profileLock.run(profile.login, async () => {
-      const stored = (await this.deps.store.getUser(profile.login))?.profile;
+      const stored = (await this.deps.store.directory.getUser(profile.login))?.profile;
       if (stored && sameProfile(stored, profile)) return stored;
       const conflict = stored && replacementProblem(stored, profile);
       if (conflict) throw new ShineError('PROFILE_CONFLICT', conflict);
@@ -400,12 +401,12 @@ export class Directory {
           this.deps.log.warn('directory file lists this server with another key; ignored', { path });
         continue;
       }
-      await this.deps.store.putServer(d, 'static');
+      await this.deps.store.directory.putServer(d, 'static');
     }
     let stored = 0;
     for (const profile of profiles) {
       await this.profileLock.run(profile.login, async () => {
-        const current = (await this.deps.store.getUser(profile.login))?.profile;
+        const current = (await this.deps.store.directory.getUser(profile.login))?.profile;
         if (current && current.signKeyB64 !== profile.signKeyB64)
           throw fail(`users: ${profile.login} is known here with another signKey`);
         if (current && current.version >= profile.version) return;
@@ -428,7 +429,7 @@ export class Directory {
   }
 
   private async save(profile: UserProfile, source: ProfileSource): Promise<void> {
-    await this.deps.store.putUser(profile, source, this.deps.clock.now());
+    await this.deps.store.directory.putUser(profile, source, this.deps.clock.now());
     this.cache.delete(profile.login);
   }
 

@@ -62,7 +62,7 @@ export class DmService {
     const tick = (): void => {
       const { clock, config, store, log, background } = this.deps;
       background.run('device clean-up', {}, async () => {
-        const n = await store.forgetDevicesBefore(clock.now() - config.deviceForgetMs);
+        const n = await store.devices.forgetDevicesBefore(clock.now() - config.deviceForgetMs);
         if (n > 0) log.info('forgot idle devices', { count: n });
       });
       this.maintenance = clock.setTimer(HOUR, tick);
@@ -161,7 +161,7 @@ export class DmService {
     if (recipientIsLocal && recipient !== sender)
       outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
     const device = opts.senderSession?.deviceId;
-    const result = await store.storePair({
+    const result = await store.messages.storePair({
       incoming: pair.incoming,
       outgoing: pair.outgoing,
       nowMs: now,
@@ -220,7 +220,7 @@ export class DmService {
 
   async history(payload: OpPayload<'GetDirectMessages'>, session: UserSession): Promise<OpAnswer<'GetDirectMessages'>> {
     const limit = clamp(payload.limit ?? 50, 1, 200);
-    const page = await this.deps.store.getDirectMessages({
+    const page = await this.deps.store.messages.getDirectMessages({
       owner: session.login,
       peer: payload.peerLogin,
       beforeTimeMs: payload.beforeTimeMs ?? 0,
@@ -240,11 +240,13 @@ export class DmService {
     payload: OpPayload<'GetConversations'>,
     session: UserSession,
   ): Promise<OpAnswer<'GetConversations'>> {
-    return { items: await this.deps.store.getConversations(session.login, clamp(payload.limit ?? 50, 1, 200)) };
+    return {
+      items: await this.deps.store.messages.getConversations(session.login, clamp(payload.limit ?? 50, 1, 200)),
+    };
   }
 
   async ack(payload: OpPayload<'AckSessionDelivery'>, session: UserSession): Promise<OpAnswer<'AckSessionDelivery'>> {
-    const acked = await this.deps.store.ackForDevice(
+    const acked = await this.deps.store.devices.ackForDevice(
       session.login,
       session.deviceId,
       payload.messageKeys,
@@ -262,11 +264,11 @@ export class DmService {
     const login = session.login;
     const deviceId = session.deviceId;
     const { store, clock } = this.deps;
-    const seen = await store.touchDevice(login, deviceId, clock.now());
+    const seen = await store.devices.touchDevice(login, deviceId, clock.now());
     if (seen.isNew) return; // a new device reads history instead
     let after: { storedAtMs: number; messageKey: string } | null = null;
     for (;;) {
-      const page: StoredCopy[] = await store.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
+      const page: StoredCopy[] = await store.devices.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
       for (const copy of page) {
         if (signal?.aborted) return;
         if (!(await session.sendPaced(eventFrame('DirectMessage', directMessageEvent(copy))))) return;
@@ -285,7 +287,7 @@ export class DmService {
     const now = clock.now();
     if (payload.updatedAtMs > now + config.maxTimeSkewMs)
       throw new ShineError('BAD_TIME', 'updatedAtMs is too far in the future');
-    const r = await store.setSetting({
+    const r = await store.settings.setSetting({
       owner: session.login,
       key: payload.key,
       value,
@@ -297,7 +299,7 @@ export class DmService {
   }
 
   async getSettings(payload: OpPayload<'GetUserSettings'>, session: UserSession): Promise<OpAnswer<'GetUserSettings'>> {
-    const rows = await this.deps.store.getSettings(session.login, payload.keys);
+    const rows = await this.deps.store.settings.getSettings(session.login, payload.keys);
     return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
   }
 }

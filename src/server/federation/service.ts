@@ -71,7 +71,7 @@ export class FederationService {
       nonceB64: p.nonceB64,
     });
     if (!verifyText(text, p.signatureB64, known!.descriptor.signKeyB64, verifier)) fail('bad signature');
-    if (!(await store.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS)))
+    if (!(await store.nonces.rememberS2sNonce(p.serverLogin, p.nonceB64, now, now - 2 * S2S_WINDOW_MS)))
       fail('nonce replayed');
     session.serverLogin = p.serverLogin;
     this.deps.peers?.reachable(p.serverLogin);
@@ -112,7 +112,7 @@ export class FederationService {
     // taken only from an authenticated server session, never from a claim (s2sAuth off).
     const authenticated = session.serverLogin !== null && session.serverLogin === source;
     const synced = authenticated && source !== config.serverLogin && to.accessServers.includes(source);
-    const result = await store.storeCopy({
+    const result = await store.messages.storeCopy({
       copy,
       nowMs: clock.now(),
       outbox: { owners: new Map([[copy.toLogin, synced]]) },
@@ -182,7 +182,7 @@ export class FederationService {
       // An incoming key is answered for its pair's outgoing key.
       const outgoingKey = outgoingKeyOf(messageKey);
       if (!outgoingKey) return { messageKey, known: false, delivered: false };
-      const row = await this.deps.store.getDelivery(outgoingKey);
+      const row = await this.deps.store.delivery.getDelivery(outgoingKey);
       return { messageKey, known: row !== null, delivered: row?.state === 'delivered' };
     };
     if (p.messageKeys !== undefined) return { items: await Promise.all(p.messageKeys.map(one)) };

@@ -151,7 +151,7 @@ export class ReplicationService {
 
   async dmSyncBatch(p: SyncBatchPayload, session: Session): Promise<DmSyncAnswer> {
     const owner = await this.checkPeer(p, session);
-    const page = await this.deps.store.dmSyncPage(pageQuery(owner, p, p.afterMessageKey));
+    const page = await this.deps.store.replication.dmSyncPage(pageQuery(owner, p, p.afterMessageKey));
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
@@ -169,7 +169,7 @@ export class ReplicationService {
 
   async settingsSyncBatch(p: SyncBatchPayload, session: Session): Promise<SettingsSyncAnswer> {
     const owner = await this.checkPeer(p, session);
-    const page = await this.deps.store.settingsSyncPage(pageQuery(owner, p, p.afterKey));
+    const page = await this.deps.store.replication.settingsSyncPage(pageQuery(owner, p, p.afterKey));
     const last = page.items.at(-1);
     return {
       ownerLogin: owner,
@@ -193,7 +193,7 @@ export class ReplicationService {
   ): Promise<{ updated: number; dmUpdated: number }> {
     if (!p.ownerLogin) throw new ShineError('FORBIDDEN', 'only an admin may mark every owner unsynced');
     const owner = await this.checkPeer(p, session);
-    return this.deps.store.markUnsynced(owner);
+    return this.deps.store.replication.markUnsynced(owner);
   }
 
   // ---- puller ----
@@ -225,9 +225,9 @@ export class ReplicationService {
     const started = clock.now();
     const summary: SyncCycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
     if (config.serverLogin === 'local') return summary;
-    for (const peer of await store.peerServersOf(config.serverLogin)) {
+    for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
       summary.peers++;
-      for (const owner of await store.sharedUsers(config.serverLogin, peer)) {
+      for (const owner of await store.directory.sharedUsers(config.serverLogin, peer)) {
         if (signal.aborted) break;
         summary.users++;
         try {
@@ -280,7 +280,7 @@ export class ReplicationService {
           this.refuseRow(peer, owner, String(item.key), problem);
           continue;
         }
-        await store.setSetting({
+        await store.settings.setSetting({
           owner,
           key: item.key,
           value: value!,
@@ -425,7 +425,7 @@ export class ReplicationService {
     // paying one fsync per row; the page is acked only after all of them committed.
     const writes = decoded.map(({ item, copies }): Promise<unknown> => {
       if (copies.length === 1)
-        return store.storeCopy({
+        return store.messages.storeCopy({
           copy: copies[0]!,
           nowMs: now,
           outbox: { owners: new Map([[owner, true]]) },
@@ -441,7 +441,7 @@ export class ReplicationService {
         delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
       else
         delivery = { state: 'accepted', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: item.storedAtMs };
-      return store.storePair({
+      return store.messages.storePair({
         incoming,
         outgoing,
         nowMs: now,

@@ -320,21 +320,20 @@ export interface ProcessStore {
   exclusively(name: string, fn: () => Promise<void>): Promise<boolean>;
 }
 
-/** Every area of one database, with its lifecycle. */
-export interface Store
-  extends
-    MetaStore,
-    DirectoryStore,
-    MessageStore,
-    DeliveryStore,
-    ReplicationStore,
-    NonceStore,
-    DeviceStore,
-    SettingsStore {
+/** Every area of one database, with its lifecycle. Services take the areas they use, one by one. */
+export interface Store {
+  /** Which dialect this is. */
+  readonly dialect: 'sqlite' | 'postgres';
+  readonly meta: MetaStore;
+  readonly directory: DirectoryStore;
+  readonly messages: MessageStore;
+  readonly delivery: DeliveryStore;
+  readonly replication: ReplicationStore;
+  readonly nonces: NonceStore;
+  readonly devices: DeviceStore;
+  readonly settings: SettingsStore;
   readonly push: PushStore;
   readonly processes: ProcessStore;
-  /** Which dialect this is ('sqlite' or 'postgres'). */
-  readonly dialect: 'sqlite' | 'postgres';
   /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */
   migrate(): Promise<void>;
   /** Cheap liveness check for /healthz. */

@@ -31,6 +31,14 @@ import type {
   SetSettingInput,
   SettingRow,
   Store,
+  MetaStore,
+  DirectoryStore,
+  MessageStore,
+  DeliveryStore,
+  ReplicationStore,
+  NonceStore,
+  DeviceStore,
+  SettingsStore,
   SyncPage,
   SyncPageQuery,
   StoreCopyInput,
@@ -54,7 +62,46 @@ export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   return new SqliteStore(new SqliteDb(opts));
 }
 
-export class SqliteStore implements Store {
+/**
+ * Every area on one SQLite connection. For now one class implements every area and hands itself out as
+ * each of them; the areas move into their own files under store/sqlite/.
+ */
+export class SqliteStore
+  implements
+    Store,
+    MetaStore,
+    DirectoryStore,
+    MessageStore,
+    DeliveryStore,
+    ReplicationStore,
+    NonceStore,
+    DeviceStore,
+    SettingsStore
+{
+  get meta(): MetaStore {
+    return this;
+  }
+  get directory(): DirectoryStore {
+    return this;
+  }
+  get messages(): MessageStore {
+    return this;
+  }
+  get delivery(): DeliveryStore {
+    return this;
+  }
+  get replication(): ReplicationStore {
+    return this;
+  }
+  get nonces(): NonceStore {
+    return this;
+  }
+  get devices(): DeviceStore {
+    return this;
+  }
+  get settings(): SettingsStore {
+    return this;
+  }
   private readonly statements = new Map<string, Database.Statement>();
   readonly dialect = 'sqlite';
   readonly push: SqlitePushStore;
