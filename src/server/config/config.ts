@@ -76,6 +76,10 @@ export interface Config {
   pushConcurrency: number;
   /** A push request without an answer after this is a network failure. */
   pushTimeoutMs: number;
+  /** Redis for event fan-out and presence between processes of this server (docs/protocol.md §9.2); unset: one process. */
+  redisUrl?: string | undefined;
+  /** Prefix of every Redis key and channel; default `shine:<serverLogin>:`. */
+  redisPrefix: string;
 }
 
 /**
@@ -117,6 +121,8 @@ export interface ConfigInput {
   vapidPublicKey?: string | undefined;
   vapidPrivateKey?: string | undefined;
   vapidSubject?: string | undefined;
+  redisUrl?: string | undefined;
+  redisPrefix?: string | undefined;
   /** `1`/`true` or `0`/`false` (or a boolean). */
   webPushAllowInsecure?: string | boolean | undefined;
   webPushReceipts?: string | boolean | undefined;
@@ -197,6 +203,8 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'pushQueueSize',
   'pushConcurrency',
   'pushTimeoutMs',
+  'redisUrl',
+  'redisPrefix',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -282,6 +290,8 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     pushQueueSize: int('pushQueueSize', input.pushQueueSize ?? d.pushQueueSize, 1),
     pushConcurrency: int('pushConcurrency', input.pushConcurrency ?? d.pushConcurrency, 1),
     pushTimeoutMs: int('pushTimeoutMs', input.pushTimeoutMs ?? d.pushTimeoutMs, 1),
+    redisUrl: redisUrl(input.redisUrl),
+    redisPrefix: nonEmpty('redisPrefix', input.redisPrefix ?? `shine:${serverLogin}:`),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);
@@ -427,4 +437,11 @@ function vapidSubject(value: string): string {
   if (!/^(mailto:\S+@\S+|https:\/\/\S+)$/.test(value))
     throw new ConfigError('vapidSubject', `"${value}" must be a mailto: address or an https: URL`);
   return value;
+}
+
+function redisUrl(value: string | undefined): string | undefined {
+  const url = optionalNonEmpty('redisUrl', value);
+  if (url !== undefined && !/^rediss?:\/\//.test(url))
+    throw new ConfigError('redisUrl', `"${url}" must be redis://… or rediss://…`);
+  return url;
 }

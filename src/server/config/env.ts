@@ -33,6 +33,8 @@ export const ENV_VARS = {
   SHINE_VAPID_SUBJECT: 'vapidSubject',
   SHINE_WEBPUSH_ALLOW_INSECURE: 'webPushAllowInsecure',
   SHINE_WEBPUSH_RECEIPTS: 'webPushReceipts',
+  SHINE_REDIS_URL: 'redisUrl',
+  SHINE_REDIS_PREFIX: 'redisPrefix',
 } as const satisfies Record<string, keyof ConfigInput>;
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';
