@@ -1,0 +1,90 @@
+/**
+ * The SendMessagePair load both send benches drive: CLIENTS senders (each with its own recipient on the
+ * same server), spread round-robin over one or more processes of one server, WINDOW requests in flight
+ * per client. Pairs are signed and sealed before the clock starts: that is the clients' work.
+ */
+import WebSocket from 'ws';
+import { makeProfile, createIdentity } from '../../src/client/identity.js';
+import { ShineClient } from '../../src/client/client.js';
+import type { BuiltPair } from '../../src/client/pairs.js';
+import { textPair } from '../../src/client/pairs.js';
+
+export interface SendLoadOptions {
+  /** WebSocket URLs of the processes of one server; client i connects to wsUrls[i % length]. */
+  wsUrls: string[];
+  clients: number;
+  pairsPerClient: number;
+  window: number;
+  /** Called with the clock started and stopped, e.g. to read the servers' CPU time around the run. */
+  onStart?: () => void;
+}
+
+export interface SendLoadResult {
+  pairs: number;
+  seconds: number;
+  pairsPerSec: number;
+  latencyMsP50: number;
+  latencyMsP99: number;
+}
+
+/** Rate limits a load generator must lift: the per-connection limit (200/s) would measure itself. */
+export const UNLIMITED_RATE = { rateLimit: { perSecond: 1_000_000, burst: 1_000_000 } };
+
+export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult> {
+  const { clients: n, pairsPerClient, window, wsUrls } = opts;
+  const senders = Array.from({ length: n }, (_, i) => createIdentity(`alice${i}`));
+  const recipients = Array.from({ length: n }, (_, i) => createIdentity(`bob${i}`));
+  // Built before the clients connect: a client busy for longer than two heartbeats would miss the
+  // server's pings and be dropped.
+  const base = Date.now();
+  const pairs: BuiltPair[][] = senders.map((s, i) =>
+    Array.from({ length: pairsPerClient }, (_, k) =>
+      textPair(
+        s,
+        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
+        `message ${k} from ${s.login}`,
+        {
+          timeMs: base + k,
+        },
+      ),
+    ),
+  );
+  const clients: ShineClient[] = [];
+  for (let i = 0; i < n; i++) {
+    const c = await ShineClient.connect(wsUrls[i % wsUrls.length]!, { WebSocket: WebSocket as never });
+    await c.register(makeProfile(senders[i]!, ['local'], 1, Date.now()));
+    await c.register(makeProfile(recipients[i]!, ['local'], 1, Date.now()));
+    await c.login(senders[i]!, 'bench');
+    clients.push(c);
+  }
+  opts.onStart?.();
+  const latencies: number[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    clients.map(async (c, i) => {
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < pairsPerClient) {
+          const p = pairs[i]![next++]!;
+          const s = performance.now();
+          await c.call('SendMessagePair', { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 });
+          latencies.push(performance.now() - s);
+        }
+      };
+      await Promise.all(Array.from({ length: window }, lane));
+    }),
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  await Promise.all(clients.map((c) => c.close()));
+  latencies.sort((a, b) => a - b);
+  const pct = (p: number): number =>
+    Number(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))]!.toFixed(2));
+  const total = n * pairsPerClient;
+  return {
+    pairs: total,
+    seconds: Number(seconds.toFixed(2)),
+    pairsPerSec: Math.round(total / seconds),
+    latencyMsP50: pct(0.5),
+    latencyMsP99: pct(0.99),
+  };
+}

@@ -1,0 +1,95 @@
+/**
+ * SendMessagePair into one server on each database it runs on, side by side in one run
+ * (docs/protocol.md §9, §9.2):
+ *  - sqlite: one process, SQLite WAL + synchronous=FULL;
+ *  - postgres: one process, PostgreSQL with synchronous_commit on (its fsync setting is printed too);
+ *  - postgres×2: two processes of the same server on the same PostgreSQL database and one Redis, the
+ *    clients spread over both (as a load balancer would).
+ * Each run gets a fresh database. Prints one JSON line with pairs/s, answer p50/p99 and the servers'
+ * CPU (percent of one core, processes summed) for each, and the ratios asked for: PostgreSQL against
+ * SQLite with one process, and PostgreSQL with two processes against one.
+ *
+ * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 300), BENCH_WINDOW (requests in flight per
+ * client, 2), SHINE_TEST_PG_URL / SHINE_TEST_REDIS_URL (the machine's defaults).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os, { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { ServerProcess } from '../test/helpers/server-process.js';
+import { startServerProcess } from '../test/helpers/server-process.js';
+import { freshRedisPrefix, freshTestDb, testRedisUrl } from '../test/helpers/test-db.js';
+import { UNLIMITED_RATE, runSendLoad } from './lib/send-load.js';
+
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 300);
+const WINDOW = Number(process.env.BENCH_WINDOW ?? 2);
+
+async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Record<string, unknown>> {
+  const dir = mkdtempSync(join(tmpdir(), 'shine-bench-db-'));
+  const configFile = join(dir, 'config.json');
+  writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
+  const db = await freshTestDb(dir, kind);
+  const env: Record<string, string> = {
+    SHINE_DB: db.url,
+    SHINE_LOG_LEVEL: 'warn',
+    SHINE_CONFIG_FILE: configFile,
+    SHINE_SQLITE_SYNC: 'full',
+    SHINE_SERVER_KEY_SEED_B64: randomBytes(32).toString('base64'),
+    ...(processes > 1 ? { SHINE_REDIS_URL: testRedisUrl(), SHINE_REDIS_PREFIX: freshRedisPrefix() } : {}),
+  };
+  const servers: ServerProcess[] = [];
+  try {
+    // One after the other: the first migrates, the others find the schema in place.
+    for (let i = 0; i < processes; i++) servers.push(await startServerProcess({ env }));
+    let cpu0 = 0;
+    const cpu = (): number => servers.reduce((sum, s) => sum + s.cpuMs(), 0);
+    const r = await runSendLoad({
+      wsUrls: servers.map((s) => s.wsUrl),
+      clients: CLIENTS,
+      pairsPerClient: PAIRS,
+      window: WINDOW,
+      onStart: () => (cpu0 = cpu()),
+    });
+    return {
+      processes,
+      durability: kind === 'sqlite' ? 'WAL+synchronous=FULL' : await postgresDurability(db.url),
+      ...r,
+      serverCpuPercent: Math.round(((cpu() - cpu0) / (r.seconds * 1000)) * 100),
+    };
+  } finally {
+    await Promise.all(servers.map((s) => s.close()));
+    await db.drop();
+  }
+}
+
+async function postgresDurability(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const sc = (await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit')).rows[0]!;
+    const fs = (await client.query<{ fsync: string }>('SHOW fsync')).rows[0]!;
+    return `synchronous_commit=${sc.synchronous_commit},fsync=${fs.fsync}`;
+  } finally {
+    await client.end();
+  }
+}
+
+const sqlite = await run('sqlite', 1);
+const postgres = await run('postgres', 1);
+const postgres2 = await run('postgres', 2);
+const ratio = (a: Record<string, unknown>, b: Record<string, unknown>): number =>
+  Number(((a.pairsPerSec as number) / (b.pairsPerSec as number)).toFixed(2));
+console.log(
+  JSON.stringify({
+    bench: 'store-dialects',
+    date: new Date().toISOString(),
+    machine: { cpu: os.cpus()[0]?.model, cores: os.cpus().length, node: process.version },
+    clients: CLIENTS,
+    window: WINDOW,
+    recipient: 'local (same server)',
+    results: { sqlite, postgres, 'postgres×2': postgres2 },
+    ratios: { postgresVsSqlite: ratio(postgres, sqlite), twoProcessesVsOne: ratio(postgres2, postgres) },
+  }),
+);
