@@ -61,7 +61,17 @@ export interface StorePairInput {
    * recipient is only on this server is written already `delivered`). Only applied when the pair's
    * outgoing copy was inserted or updated to a newer revision.
    */
-  delivery: { state: DeliveryState; attempt: number; acceptedAtMs: number; nextAttemptAtMs: number | null } | null;
+  delivery: {
+    state: DeliveryState;
+    attempt: number;
+    acceptedAtMs: number;
+    nextAttemptAtMs: number | null;
+    /**
+     * Stores the row already leased until then (the process that stores it runs the first attempt at
+     * once, so no other process's worker may claim it meanwhile — docs/protocol.md §6.6). Default none.
+     */
+    leaseUntilMs?: number | null;
+  } | null;
   /** The sending session's device: its own copies count as acknowledged (docs/protocol.md §5.3). */
   senderDevice?: { login: string; deviceId: string } | undefined;
   /** Stored by catch-up sync: never replayed to devices (docs/protocol.md §5.3). */

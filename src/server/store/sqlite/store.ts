@@ -223,12 +223,12 @@ export class SqliteStore
         this.sql(
           `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
              reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error, updated_at_ms)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1, NULL, ?)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
            ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
              reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
              accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-             lease_until_ms = NULL, row_version = dm_delivery_state.row_version + 1, last_error = NULL,
-             updated_at_ms = excluded.updated_at_ms
+             lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
+             last_error = NULL, updated_at_ms = excluded.updated_at_ms
            WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
                  > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
         ).run(
@@ -242,6 +242,7 @@ export class SqliteStore
           d.attempt,
           d.acceptedAtMs,
           d.nextAttemptAtMs,
+          d.leaseUntilMs ?? null,
           nowMs,
         );
       }
