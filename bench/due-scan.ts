@@ -21,7 +21,7 @@ const LIMIT = 1024;
 
 /** The prepared statement the store ran for dueDeliveries (found in its statement cache by its index hint). */
 function dueStatement(store: SqliteStore): Database.Statement {
-  const cache = (store as unknown as { statements: Map<string, Database.Statement> }).statements;
+  const cache = (store.db as unknown as { statements: Map<string, Database.Statement> }).statements;
   const s = [...cache.values()].find((st) => st.source.includes('INDEXED BY dm_delivery_state_due'));
   if (!s) throw new Error('dueDeliveries statement not found in the store cache');
   return s;

@@ -252,18 +252,63 @@ describe('SQLite store', () => {
     assert.equal(page.items.length, 200);
   });
 
+  it('areas share one connection: writes of several areas queued together commit once', async () => {
+    const before = { ...store.db.stats };
+    await Promise.all([
+      store.meta.setMeta('split', 'one'),
+      store.settings.setSetting({
+        owner: 'ivan',
+        key: 'lang',
+        value: new Uint8Array([1]),
+        updatedAtMs: T0,
+        nowMs: T0,
+        synced: false,
+      }),
+      store.devices.touchDevice('ivan', 'laptop', T0),
+      store.nonces.rememberS2sNonce('srv.example', 'bm9uY2U=', T0, T0 - 1),
+    ]);
+    assert.deepEqual(
+      { commits: store.db.stats.commits - before.commits, jobs: store.db.stats.jobs - before.jobs },
+      { commits: 1, jobs: 4 },
+    );
+    assert.equal(await store.meta.getMeta('split'), 'one');
+    assert.equal((await store.settings.getSettings('ivan')).length, 1);
+    assert.equal(await store.nonces.rememberS2sNonce('srv.example', 'bm9uY2U=', T0 + 1, T0 - 1), false);
+  });
+
+  it('stores a delivery row already leased when asked, and a later revision restarts it', async () => {
+    const spec = { from: 'jane', to: 'kurt', timeMs: T0 + 9000, nonce: 1, revisionTimeMs: 1 };
+    const key = messageKeyOf(testPair(spec).outgoing);
+    const accepted = { state: 'accepted' as const, attempt: 0, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    await put(spec, { delivery: { ...accepted, leaseUntilMs: T0 + 30_000 } });
+    const leased = await store.delivery.getDelivery(key);
+    assert.equal(leased?.leaseUntilMs, T0 + 30_000);
+    assert.deepEqual(await store.delivery.dueDeliveries(T0 + 1, 10), []);
+    assert.equal(await store.delivery.claimDelivery(key, leased.rowVersion + 1, T0 + 60_000), null);
+
+    await put({ ...spec, revisionTimeMs: 2 }, { delivery: accepted });
+    const restarted = await store.delivery.getDelivery(key);
+    assert.equal(restarted?.revisionTimeMs, 2);
+    assert.equal(restarted.leaseUntilMs, null);
+    assert.equal(restarted.rowVersion, leased.rowVersion + 1);
+    assert.deepEqual(
+      (await store.delivery.dueDeliveries(T0 + 1, 10)).map((r) => r.outgoingKey),
+      [key],
+    );
+  });
+
   it('refuses writes with 503 OVERLOADED while the commit queue is full, and commits the queued ones', async () => {
     const small = openSqliteStore({ path: join(dir, 'small.sqlite'), sync: 'normal', maxQueuedWrites: 3 });
     await small.migrate();
     const writes = Array.from({ length: 5 }, (_, i) =>
-      small.setMeta(`k${i}`, 'v').then(
+      small.meta.setMeta(`k${i}`, 'v').then(
         () => 'ok',
         (err: { code?: string }) => err.code,
       ),
     );
     assert.deepEqual(await Promise.all(writes), ['ok', 'ok', 'ok', 'OVERLOADED', 'OVERLOADED']);
-    assert.equal(await small.getMeta('k2'), 'v');
-    assert.equal(await small.getMeta('k3'), null);
+    assert.equal(await small.meta.getMeta('k2'), 'v');
+    assert.equal(await small.meta.getMeta('k3'), null);
     await small.close();
   });
 });

@@ -30,6 +30,7 @@ export class SqliteDb {
   private closed = false;
   private readonly maxQueued: number;
   private readonly maxBatch: number;
+  private readonly statements = new Map<string, Database.Statement>();
   /** Commits made and jobs committed, for metrics and benchmarks. */
   readonly stats = { commits: 0, jobs: 0 };
 
@@ -42,6 +43,13 @@ export class SqliteDb {
     this.conn.pragma('busy_timeout = 5000');
     this.maxQueued = opts.maxQueuedWrites ?? 20_000;
     this.maxBatch = opts.maxBatch ?? 512;
+  }
+
+  /** The statement for text, prepared once per connection: every SQL text of the store is a constant. */
+  sql(text: string): Database.Statement {
+    let s = this.statements.get(text);
+    if (!s) this.statements.set(text, (s = this.conn.prepare(text)));
+    return s;
   }
 
   migrate(): void {
@@ -112,5 +120,14 @@ export class SqliteDb {
     this.closed = true;
     if (this.queue.length > 0) this.flush();
     this.conn.close();
+  }
+}
+
+/** What every area of the SQLite store stands on: the one connection, its statements and its group commit. */
+export abstract class SqliteArea {
+  constructor(protected readonly db: SqliteDb) {}
+
+  protected sql(text: string): Database.Statement {
+    return this.db.sql(text);
   }
 }

@@ -1,10 +1,8 @@
 /** The processes area on SQLite: heartbeat rows; one process per database, so every lock is free. */
 import type { ProcessRecord, ProcessStore } from '../types.js';
-import type { SqliteDb } from './db.js';
+import { SqliteArea } from './db.js';
 
-export class SqliteProcessStore implements ProcessStore {
-  constructor(private readonly db: SqliteDb) {}
-
+export class SqliteProcessStore extends SqliteArea implements ProcessStore {
   heartbeat(r: ProcessRecord): Promise<void> {
     return this.db.write(() => {
       this.db.conn

@@ -1,7 +1,7 @@
 /** The push area's tables on SQLite (push_subscriptions; VAPID keys in server_meta). */
-import type Database from 'better-sqlite3';
 import type { PushStore, PushSubscriptionRow, UpsertSubscription } from '../../push/store.js';
-import type { SqliteDb } from './db.js';
+import { SqliteArea } from './db.js';
+import { readMeta } from './meta.js';
 
 interface Row {
   endpoint: string;
@@ -34,17 +34,7 @@ const toSubscription = (r: Row): PushSubscriptionRow => ({
   consecutiveFailures: r.consecutive_failures,
 });
 
-export class SqlitePushStore implements PushStore {
-  private readonly statements = new Map<string, Database.Statement>();
-
-  constructor(private readonly db: SqliteDb) {}
-
-  private sql(text: string): Database.Statement {
-    let s = this.statements.get(text);
-    if (!s) this.statements.set(text, (s = this.db.conn.prepare(text)));
-    return s;
-  }
-
+export class SqlitePushStore extends SqliteArea implements PushStore {
   upsertSubscription(input: UpsertSubscription): Promise<{ dropped: number }> {
     return this.db.write(() => {
       // upsert_seq orders upserts exactly, even several within one millisecond.
@@ -113,6 +103,7 @@ export class SqlitePushStore implements PushStore {
     await this.db.write(() =>
       this.sql('INSERT INTO server_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING').run(key, value),
     );
-    return (this.sql('SELECT value FROM server_meta WHERE key = ?').get(key) as { value: string }).value;
+    // The row exists now: inserted above, or kept from an earlier call.
+    return readMeta(this.db, key) ?? value;
   }
 }

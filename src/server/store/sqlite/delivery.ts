@@ -1,0 +1,143 @@
+/** The delivery area on SQLite: dm_delivery_state, one row per outgoing pair (docs/protocol.md §6). */
+import type { Container } from '../../../protocol/container.js';
+import { baseKeyOf } from '../../../protocol/container.js';
+import type { DeliveryState } from '../../../protocol/ops.js';
+import type { DeliveryDbRow } from '../rows.js';
+import { toDeliveryRow } from '../rows.js';
+import type { DeliveryRow, DeliveryStore, DeliveryUpdate, StorePairInput } from '../types.js';
+import type { SqliteDb } from './db.js';
+import { SqliteArea } from './db.js';
+import { RECIPIENT_USES_SERVER } from './directory.js';
+
+/**
+ * (Re)starts the delivery row of an outgoing copy for its revision, unless the row already has this
+ * revision or a newer one. Runs inside the transaction that stored the copy (messages.storePair).
+ */
+export function startDeliveryTx(
+  db: SqliteDb,
+  outgoing: Container,
+  outgoingKey: string,
+  d: NonNullable<StorePairInput['delivery']>,
+  nowMs: number,
+): void {
+  db.sql(
+    `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+       reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error, updated_at_ms)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
+     ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+       reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
+       accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+       lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
+       last_error = NULL, updated_at_ms = excluded.updated_at_ms
+     WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+           > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
+  ).run(
+    outgoingKey,
+    baseKeyOf(outgoing),
+    outgoing.fromLogin,
+    outgoing.toLogin,
+    outgoing.revisionTimeMs,
+    outgoing.reencryptedAtMs,
+    d.state,
+    d.attempt,
+    d.acceptedAtMs,
+    d.nextAttemptAtMs,
+    d.leaseUntilMs ?? null,
+    nowMs,
+  );
+}
+
+/** The state of an outgoing copy's delivery row, or null when it has none. */
+export function deliveryStateOf(db: SqliteDb, outgoingKey: string): DeliveryState | null {
+  const row = db.sql('SELECT state FROM dm_delivery_state WHERE outgoing_key = ?').get(outgoingKey) as
+    { state: DeliveryState } | undefined;
+  return row?.state ?? null;
+}
+
+export class SqliteDeliveryStore extends SqliteArea implements DeliveryStore {
+  async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
+    const row = this.sql('SELECT * FROM dm_delivery_state WHERE outgoing_key = ?').get(outgoingKey) as
+      DeliveryDbRow | undefined;
+    return row ? toDeliveryRow(row) : null;
+  }
+
+  async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {
+    const rows = this.sql(
+      `SELECT * FROM dm_delivery_state INDEXED BY dm_delivery_state_due
+       WHERE state = 'accepted' AND next_attempt_at_ms <= ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)
+       ORDER BY next_attempt_at_ms LIMIT ?`,
+    ).all(nowMs, nowMs, limit) as DeliveryDbRow[];
+    return rows.map(toDeliveryRow);
+  }
+
+  claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null> {
+    return this.db.write(() => {
+      const r = this.sql(
+        `UPDATE dm_delivery_state SET lease_until_ms = ?, row_version = row_version + 1
+         WHERE outgoing_key = ? AND row_version = ? AND state = 'accepted' RETURNING *`,
+      ).get(leaseUntilMs, outgoingKey, rowVersion) as DeliveryDbRow | undefined;
+      return r ? toDeliveryRow(r) : null;
+    });
+  }
+
+  finishDelivery(outgoingKey: string, rowVersion: number, u: DeliveryUpdate, nowMs: number): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET state = ?, attempt = ?, next_attempt_at_ms = ?, last_error = ?, lease_until_ms = NULL,
+             row_version = row_version + 1, updated_at_ms = ?
+           WHERE outgoing_key = ? AND row_version = ?`,
+        ).run(u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion).changes === 1,
+    );
+  }
+
+  markDelivered(
+    outgoingKey: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    nowMs: number,
+  ): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
+             row_version = row_version + 1, updated_at_ms = ?
+           WHERE outgoing_key = ? AND state = 'accepted' AND revision_time_ms = ? AND reencrypted_at_ms = ?`,
+        ).run(nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs).changes === 1,
+    );
+  }
+
+  wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET next_attempt_at_ms = ?, row_version = row_version + 1
+           WHERE state = 'accepted' AND next_attempt_at_ms > ? AND accepted_at_ms <= ? AND ${RECIPIENT_USES_SERVER}`,
+        ).run(nowMs, nowMs, acceptedBeforeMs, serverLogin).changes,
+    );
+  }
+
+  async countAcceptedFor(serverLogin: string): Promise<number> {
+    const row = this.sql(
+      `SELECT COUNT(*) AS n FROM dm_delivery_state WHERE state = 'accepted' AND ${RECIPIENT_USES_SERVER}`,
+    ).get(serverLogin) as { n: number };
+    return row.n;
+  }
+
+  async countDeliveriesByState(): Promise<Record<DeliveryState, number>> {
+    const rows = this.sql('SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state').all() as {
+      state: DeliveryState;
+      n: number;
+    }[];
+    const out: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
+    for (const r of rows) out[r.state] = r.n;
+    return out;
+  }
+
+  async listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]> {
+    const rows = this.sql('SELECT * FROM dm_delivery_state WHERE state = ? ORDER BY accepted_at_ms DESC LIMIT ?').all(
+      state,
+      limit,
+    ) as DeliveryDbRow[];
+    return rows.map(toDeliveryRow);
+  }
+}

@@ -1,0 +1,248 @@
+/**
+ * The messages area on SQLite: stored copies (signed_messages), tombstones, and the outbox rows and
+ * delivery rows that follow a copy in the same transaction. What a copy does is decided by ../rules.ts.
+ */
+import { toBase64 } from '../../../protocol/bytes.js';
+import type { Container } from '../../../protocol/container.js';
+import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
+import { packBlobs } from '../blobs.js';
+import type { MessageDbRow } from '../rows.js';
+import { toStoredCopy } from '../rows.js';
+import type { CopyEffect, OutboxRow, StoredRevision } from '../rules.js';
+import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
+import type {
+  ConversationRow,
+  CopyResult,
+  HistoryQuery,
+  MessageStore,
+  StoreCopyInput,
+  StoredCopy,
+  StorePairInput,
+  StorePairResult,
+} from '../types.js';
+import type { SqliteDb } from './db.js';
+import { SqliteArea } from './db.js';
+import { deliveryStateOf, startDeliveryTx } from './delivery.js';
+
+/** The revision and storedAtMs of owner's stored copy messageKey, or null; also read by the devices area. */
+export function copyRevision(
+  db: SqliteDb,
+  owner: string,
+  messageKey: string,
+): (StoredRevision & { storedAtMs: number }) | null {
+  const row = db
+    .sql(
+      'SELECT revision_time_ms, reencrypted_at_ms, stored_at_ms FROM signed_messages WHERE message_key = ? AND owner_login = ?',
+    )
+    .get(messageKey, owner) as
+    { revision_time_ms: number; reencrypted_at_ms: number; stored_at_ms: number } | undefined;
+  return row
+    ? { revisionTimeMs: row.revision_time_ms, reencryptedAtMs: row.reencrypted_at_ms, storedAtMs: row.stored_at_ms }
+    : null;
+}
+
+export class SqliteMessageStore extends SqliteArea implements MessageStore {
+  storePair(input: StorePairInput): Promise<StorePairResult> {
+    return this.db.write(() => {
+      const { incoming, outgoing, nowMs } = input;
+      const replay = !input.silent;
+      // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3), without a row of its own.
+      const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
+      const out = this.storeCopyTx(outgoing, nowMs, replay, origin);
+      const inc = this.storeCopyTx(incoming, nowMs, replay, null);
+      this.upsertOutbox(outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs));
+      this.upsertOutbox(outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs));
+      if (copyChanged(out) && input.delivery) startDeliveryTx(this.db, outgoing, out.messageKey, input.delivery, nowMs);
+      return { incoming: inc, outgoing: out, deliveryState: deliveryStateOf(this.db, out.messageKey) };
+    });
+  }
+
+  storeCopy(input: StoreCopyInput): Promise<CopyResult> {
+    return this.db.write(() => {
+      const c = input.copy;
+      const r = this.storeCopyTx(c, input.nowMs, !input.silent, null);
+      this.upsertOutbox(outboxRowFor(r, c, [c.bytes], input.outbox, input.nowMs));
+      return r;
+    });
+  }
+
+  /** Gathers the facts rules.planCopy needs and applies its plan. Runs inside a transaction. */
+  private storeCopyTx(c: Container, nowMs: number, replay: boolean, originDevice: string | null): CopyResult {
+    const look = copyLookups(c);
+    const conv = look.conversationTombstone
+      ? (this.sql(
+          `SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`,
+        ).get(look.owner, look.peer) as { delete_before_ms: number } | undefined)
+      : undefined;
+    const messageTombstoned =
+      look.messageTombstone &&
+      this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(
+        look.owner,
+        look.baseKey,
+      ) !== undefined;
+    const receipt = look.earliestReceipt
+      ? (this.sql(
+          'SELECT MIN(read_at_ms) AS at FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+        ).get(look.owner, look.baseKey) as { at: number | null })
+      : { at: null };
+    const plan = planCopy(
+      c,
+      {
+        conversationDeleteBeforeMs: conv?.delete_before_ms ?? null,
+        messageTombstoned,
+        existing: copyRevision(this.db, look.owner, look.messageKey),
+        earliestReceiptReadAtMs: receipt.at,
+      },
+      { nowMs, replay, originDevice },
+    );
+    if (plan.write === null) return plan.result;
+    const row = plan.row;
+    const blob = Buffer.from(row.blob.buffer, row.blob.byteOffset, row.blob.byteLength);
+    if (plan.write === 'update') {
+      this.sql(
+        `UPDATE signed_messages SET revision_time_ms = ?, reencrypted_at_ms = ?, stored_at_ms = ?, blob = ?, replay = ?,
+           origin_device = ?, read_at_ms = CASE WHEN message_type IN (3, 4) THEN ? ELSE read_at_ms END
+         WHERE message_key = ?`,
+      ).run(
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        blob,
+        row.replay ? 1 : 0,
+        row.originDevice,
+        row.readAtMs,
+        row.messageKey,
+      );
+    } else {
+      this.sql(
+        `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+           revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, origin_device, blob)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(
+        row.messageKey,
+        row.baseKey,
+        row.owner,
+        row.peer,
+        row.messageType,
+        row.timeMs,
+        row.nonce,
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        row.nowMs,
+        row.readAtMs,
+        row.targetBaseKey,
+        row.replay ? 1 : 0,
+        row.originDevice,
+        blob,
+      );
+    }
+    if (plan.effect) this.applyEffect(plan.effect, nowMs);
+    return plan.result;
+  }
+
+  private applyEffect(e: CopyEffect, nowMs: number): void {
+    if (e.kind === 'markRead') {
+      this.sql(
+        'UPDATE signed_messages SET read_at_ms = ? WHERE message_key = ? AND owner_login = ? AND (read_at_ms IS NULL OR read_at_ms > ?)',
+      ).run(e.readAtMs, e.targetMessageKey, e.owner, e.readAtMs);
+    } else if (e.kind === 'deleteMessage') {
+      this.sql(
+        `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'message', ?, 0, ?)
+         ON CONFLICT DO NOTHING`,
+      ).run(e.owner, e.targetBaseKey, nowMs);
+      const receipts = this.sql(
+        'SELECT message_key FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+      ).all(e.owner, e.targetBaseKey) as { message_key: string }[];
+      this.deleteCopiesTx(e.owner, [
+        `${e.targetBaseKey}|1`,
+        `${e.targetBaseKey}|2`,
+        ...receipts.map((r) => r.message_key),
+      ]);
+    } else {
+      this.sql(
+        `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'conversation', ?, ?, ?)
+         ON CONFLICT (owner_login, kind, target) DO UPDATE SET delete_before_ms = MAX(delete_before_ms, excluded.delete_before_ms)`,
+      ).run(e.owner, e.peer, e.deleteBeforeMs, nowMs);
+      const covered = this.sql(
+        'SELECT message_key FROM signed_messages WHERE owner_login = ? AND peer_login = ? AND time_ms <= ? AND message_type <= 6',
+      ).all(e.owner, e.peer, e.deleteBeforeMs) as { message_key: string }[];
+      this.deleteCopiesTx(
+        e.owner,
+        covered.map((r) => r.message_key),
+      );
+    }
+  }
+
+  /** Removes owner's copies and their outbox rows (an owner's outbox key is its copy's key). */
+  private deleteCopiesTx(owner: string, keys: readonly string[]): void {
+    for (const key of keys) {
+      this.sql('DELETE FROM signed_messages WHERE message_key = ? AND owner_login = ?').run(key, owner);
+      this.sql('DELETE FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?').run(owner, key);
+    }
+  }
+
+  private upsertOutbox(row: OutboxRow | null): void {
+    if (!row) return;
+    this.sql(
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
+    ).run(row.owner, row.primaryMessageKey, row.syncId, row.storedAtMs, packBlobs(row.blobs), row.synced ? 1 : 0);
+  }
+
+  async getCopy(messageKey: string): Promise<StoredCopy | null> {
+    const row = this.sql('SELECT * FROM signed_messages WHERE message_key = ?').get(messageKey) as
+      MessageDbRow | undefined;
+    return row ? toStoredCopy(row) : null;
+  }
+
+  async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
+    const rows = this.sql(
+      `SELECT m.*, d.state AS delivery_state FROM signed_messages m
+         LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
+       WHERE m.owner_login = ? AND m.peer_login = ? AND m.message_type IN (1, 2)
+         AND (? = 0 OR m.time_ms < ? OR (m.time_ms = ? AND m.message_key < ?))
+       ORDER BY m.time_ms DESC, m.message_key DESC LIMIT ?`,
+    ).all(
+      q.owner,
+      q.peer,
+      q.beforeTimeMs === 0 && q.beforeMessageKey === '' ? 0 : 1,
+      q.beforeTimeMs,
+      q.beforeTimeMs,
+      q.beforeMessageKey,
+      q.limit + 1,
+    ) as (MessageDbRow & { delivery_state: DeliveryState | null })[];
+    const hasMore = rows.length > q.limit;
+    const items = rows.slice(0, q.limit).map((r): HistoryItem => {
+      const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
+      return {
+        ...fields,
+        createdAtMs: r.created_at_ms,
+        readAtMs: r.read_at_ms,
+        deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
+        blobB64: toBase64(blob),
+      };
+    });
+    return { items, hasMore };
+  }
+
+  async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
+    // The newest message per peer in history order (timeMs DESC, messageKey DESC), so ties are decided
+    // as GetDirectMessages decides them.
+    const rows = this.sql(
+      `SELECT peer_login, time_ms AS last_time_ms, message_key, unread FROM (
+         SELECT peer_login, time_ms, message_key,
+                ROW_NUMBER() OVER (PARTITION BY peer_login ORDER BY time_ms DESC, message_key DESC) AS newest,
+                SUM(message_type = 1 AND read_at_ms IS NULL) OVER (PARTITION BY peer_login) AS unread
+         FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2))
+       WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
+    ).all(owner, limit) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
+    return rows.map((r) => ({
+      peerLogin: r.peer_login,
+      lastTimeMs: r.last_time_ms,
+      lastMessageKey: r.message_key,
+      unreadCount: r.unread,
+    }));
+  }
+}

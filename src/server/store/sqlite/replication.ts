@@ -1,0 +1,111 @@
+/** The replication area on SQLite: the DM outbox (dm_sync_outbox) and settings rows a user's other server pulls. */
+import { parseSyncId } from '../../../protocol/container.js';
+import { unpackBlobs } from '../blobs.js';
+import { settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
+import type { DmSyncRow, ReplicationStore, SettingRow, SyncPage, SyncPageQuery } from '../types.js';
+import { SqliteArea } from './db.js';
+
+interface OutboxDbRow {
+  primary_message_key: string;
+  sync_id: string;
+  stored_at_ms: number;
+  blobs: Buffer;
+}
+
+interface SettingSyncDbRow {
+  key: string;
+  value: Buffer;
+  updated_at_ms: number;
+  stored_at_ms: number;
+  sync_id: string;
+}
+
+export class SqliteReplicationStore extends SqliteArea implements ReplicationStore {
+  dmSyncPage(q: SyncPageQuery): Promise<SyncPage<DmSyncRow>> {
+    return this.syncPage<OutboxDbRow, DmSyncRow>(q, {
+      ack: (syncId) => {
+        const parsed = parseSyncId(syncId);
+        if (!parsed) return;
+        // A row that moved on to a newer revision keeps synced = 0: only its current syncId acks it.
+        this.sql(
+          'UPDATE dm_sync_outbox SET synced = 1 WHERE owner_login = ? AND primary_message_key = ? AND sync_id = ?',
+        ).run(q.owner, parsed.primaryMessageKey, syncId);
+      },
+      select: `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox INDEXED BY dm_sync_outbox_unsynced
+         WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, primary_message_key) > (?, ?)
+         ORDER BY stored_at_ms, primary_message_key LIMIT ?`,
+      size: (r) => unpackBlobs(r.blobs).reduce((n, b) => n + b.length, 0),
+      toItem: (r) => ({
+        syncId: r.sync_id,
+        primaryMessageKey: r.primary_message_key,
+        storedAtMs: r.stored_at_ms,
+        blobs: unpackBlobs(new Uint8Array(r.blobs)),
+      }),
+    });
+  }
+
+  settingsSyncPage(q: SyncPageQuery): Promise<SyncPage<SettingRow & { syncId: string }>> {
+    return this.syncPage<SettingSyncDbRow, SettingRow & { syncId: string }>(q, {
+      ack: (syncId) => {
+        const key = settingKeyOfSyncId(syncId);
+        if (key === null) return;
+        this.sql('UPDATE user_settings SET synced = 1 WHERE owner_login = ? AND key = ? AND sync_id = ?').run(
+          q.owner,
+          key,
+          syncId,
+        );
+      },
+      select: `SELECT key, value, updated_at_ms, stored_at_ms, sync_id FROM user_settings INDEXED BY user_settings_unsynced
+         WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, key) > (?, ?)
+         ORDER BY stored_at_ms, key LIMIT ?`,
+      size: (r) => r.value.length + r.key.length,
+      toItem: (r) => ({
+        key: r.key,
+        value: new Uint8Array(r.value),
+        updatedAtMs: r.updated_at_ms,
+        storedAtMs: r.stored_at_ms,
+        syncId: r.sync_id,
+      }),
+    });
+  }
+
+  /**
+   * One write applies the acks of the previous page, then reads the next one: select takes (owner,
+   * afterStoredAtMs, afterKey, limit) and returns unsynced rows in cursor order.
+   */
+  private syncPage<R, T>(
+    q: SyncPageQuery,
+    how: { ack: (syncId: string) => void; select: string; size: (row: R) => number; toItem: (row: R) => T },
+  ): Promise<SyncPage<T>> {
+    return this.db.write(() => {
+      for (const syncId of q.ackSyncIds) how.ack(syncId);
+      const rows = this.sql(how.select).all(q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1) as R[];
+      const page = takeWithinBytes(rows, q.limit, q.maxBytes, how.size);
+      return { items: page.items.map(how.toItem), hasMore: page.hasMore };
+    });
+  }
+
+  markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }> {
+    return this.db.write(() => {
+      if (owner === null) {
+        return {
+          updated: this.sql('UPDATE user_settings SET synced = 0 WHERE synced = 1').run().changes,
+          dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE synced = 1').run().changes,
+        };
+      }
+      return {
+        updated: this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
+          .changes,
+        dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
+          .changes,
+      };
+    });
+  }
+
+  async outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }> {
+    const r = this.sql(
+      'SELECT SUM(synced = 1) AS s, SUM(synced = 0) AS u FROM dm_sync_outbox WHERE owner_login = ?',
+    ).get(owner) as { s: number | null; u: number | null };
+    return { synced: r.s ?? 0, unsynced: r.u ?? 0 };
+  }
+}

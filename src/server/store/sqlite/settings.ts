@@ -1,0 +1,47 @@
+/** The settings area on SQLite: user_settings, last writer wins (docs/protocol.md §5.2). */
+import { settingSyncId, settingWins } from '../rules.js';
+import type { SetSettingInput, SettingRow, SettingsStore } from '../types.js';
+import { SqliteArea } from './db.js';
+
+export class SqliteSettingsStore extends SqliteArea implements SettingsStore {
+  setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }> {
+    return this.db.write(() => {
+      const row = this.sql('SELECT value, updated_at_ms FROM user_settings WHERE owner_login = ? AND key = ?').get(
+        input.owner,
+        input.key,
+      ) as { value: Buffer; updated_at_ms: number } | undefined;
+      if (row && !settingWins(input, { updatedAtMs: row.updated_at_ms, value: row.value })) {
+        return { applied: false, updatedAtMs: row.updated_at_ms };
+      }
+      this.sql(
+        `INSERT INTO user_settings (owner_login, key, value, updated_at_ms, stored_at_ms, sync_id, synced) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (owner_login, key) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms,
+           stored_at_ms = excluded.stored_at_ms, sync_id = excluded.sync_id, synced = excluded.synced`,
+      ).run(
+        input.owner,
+        input.key,
+        Buffer.from(input.value),
+        input.updatedAtMs,
+        input.nowMs,
+        settingSyncId(input.key, input.updatedAtMs),
+        input.synced ? 1 : 0,
+      );
+      return { applied: true, updatedAtMs: input.updatedAtMs };
+    });
+  }
+
+  async getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]> {
+    const rows = this.sql(
+      'SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? ORDER BY key',
+    ).all(owner) as { key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number }[];
+    const wanted = keys ? new Set(keys) : null;
+    return rows
+      .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
+      .map((r) => ({
+        key: r.key,
+        value: new Uint8Array(r.value),
+        updatedAtMs: r.updated_at_ms,
+        storedAtMs: r.stored_at_ms,
+      }));
+  }
+}
