@@ -24,7 +24,11 @@ export interface PeerView {
   trouble: Pick<DeliveryTrouble, 'get'>;
 }
 
-export function adminApi(deps: { store: Store; replication: ReplicationService; peers: PeerView }): AdminRoute[] {
+export function adminApi(deps: {
+  store: Pick<Store, 'delivery' | 'replication'>;
+  replication: ReplicationService;
+  peers: PeerView;
+}): AdminRoute[] {
   const { store, replication, peers } = deps;
   return [
     {

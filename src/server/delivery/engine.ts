@@ -24,7 +24,7 @@ import { causeOf } from './trouble.js';
 export interface DeliveryDeps {
   config: Config;
   clock: Clock;
-  store: Store;
+  store: Pick<Store, 'delivery' | 'messages'>;
   hub: SessionHub;
   directory: Directory;
   peers: PeerCaller;

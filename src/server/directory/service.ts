@@ -25,7 +25,7 @@ import type { ProfileSource, ServerRecord, Store } from '../store/types.js';
 
 export interface DirectoryDeps {
   config: Config;
-  store: Store;
+  store: Pick<Store, 'directory'>;
   clock: Clock;
   verifier: SignatureVerifier;
   log: Logger;

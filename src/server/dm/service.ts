@@ -21,7 +21,7 @@ import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/ty
 export interface DmDeps {
   config: Config;
   clock: Clock;
-  store: Store;
+  store: Pick<Store, 'devices' | 'messages' | 'settings'>;
   hub: SessionHub;
   directory: Directory;
   verifier: SignatureVerifier;

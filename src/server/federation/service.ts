@@ -17,7 +17,7 @@ import type { Store } from '../store/types.js';
 export interface FederationDeps {
   config: Config;
   clock: Clock;
-  store: Store;
+  store: Pick<Store, 'delivery' | 'messages' | 'nonces'>;
   directory: Directory;
   dm: DmService;
   delivery: DeliveryEngine;

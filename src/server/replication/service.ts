@@ -25,7 +25,7 @@ import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
 export interface ReplicationDeps {
   config: Config;
   clock: Clock;
-  store: Store;
+  store: Pick<Store, 'directory' | 'messages' | 'replication' | 'settings'>;
   directory: Directory;
   dm: DmService;
   federation: FederationService;
