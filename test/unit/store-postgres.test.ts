@@ -197,6 +197,30 @@ describe('PostgreSQL: several processes on one database', () => {
     assert.equal(await codes(small.meta.getMeta('x')), 'INTERNAL');
   });
 
+  it('a transaction failing with a serialization failure or a deadlock runs again; other errors do not', async () => {
+    const retriesBefore = a.db.stats.retries;
+    let runs = 0;
+    const value = await a.db.tx(async (c) => {
+      runs++;
+      await c.query(`INSERT INTO server_meta (key, value) VALUES ('retried', $1)`, [String(runs)]);
+      if (runs < 3) throw Object.assign(new Error('conflict'), { code: runs === 1 ? '40001' : '40P01' });
+      return runs;
+    });
+    assert.equal(value, 3);
+    assert.equal(a.db.stats.retries - retriesBefore, 2);
+    // The failed runs were rolled back: only the last insert is there.
+    assert.equal(await a.meta.getMeta('retried'), '3');
+    let once = 0;
+    await assert.rejects(
+      a.db.tx(async () => {
+        once++;
+        throw Object.assign(new Error('bad'), { code: '23505' });
+      }),
+      /bad/,
+    );
+    assert.equal(once, 1);
+  });
+
   it('a database that cannot be reached answers 503 OVERLOADED', async () => {
     const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 1 });
     await assert.rejects(gone.ping(), { code: 'OVERLOADED' });
