@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { BackgroundQueue } from '../../src/server/background/queue.js';
+import { BackgroundQueue, untilAborted } from '../../src/server/background/queue.js';
 import { createLogger } from '../../src/server/log.js';
 
 function setup() {
@@ -85,5 +85,27 @@ describe('BackgroundQueue', () => {
     queue.run('late', {}, async () => void (late = true));
     await queue.drain();
     assert.equal(late, false, 'no task starts after close');
+  });
+});
+
+describe('untilAborted', () => {
+  it('rejects at once on an aborted signal, and the abandoned promise failing later goes unnoticed', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown) => unhandled.push(err);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const controller = new AbortController();
+      controller.abort(new Error('stopping'));
+      let fail!: (err: Error) => void;
+      const call = new Promise<never>((_, reject) => (fail = reject));
+      await assert.rejects(untilAborted(call, controller.signal), /stopping/);
+      fail(new Error('pool closed'));
+      // Unhandled rejections are reported after the microtasks of this turn: wait one macrotask.
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 });

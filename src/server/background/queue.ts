@@ -62,7 +62,11 @@ export class BackgroundQueue {
 
 /** Settles as p does, or rejects as soon as signal aborts (p itself runs on, unobserved). */
 export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  if (signal.aborted) {
+    // Nobody waits for p any more; its failure (a peer pool closing under it) must not go unhandled.
+    p.catch(() => {});
+    return Promise.reject(signal.reason as Error);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason as Error);
     signal.addEventListener('abort', onAbort, { once: true });

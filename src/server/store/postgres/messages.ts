@@ -1,0 +1,380 @@
+/**
+ * Stored copies on PostgreSQL (signed_messages, dm_tombstones, dm_sync_outbox, and the delivery row a
+ * pair starts). Storing copies of an owner is serialized by a per-owner advisory transaction lock, so
+ * the facts rules.planCopy decides on cannot change before its plan is applied (types.ts, MessageStore).
+ */
+import type pg from 'pg';
+import { toBase64 } from '../../../protocol/bytes.js';
+import type { Container } from '../../../protocol/container.js';
+import { baseKeyOf, ownerOf } from '../../../protocol/container.js';
+import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
+import { packBlobs } from '../blobs.js';
+import type { MessageDbRow } from '../rows.js';
+import { toStoredCopy } from '../rows.js';
+import type { CopyEffect, CopyFacts, CopyPlan, OutboxRow } from '../rules.js';
+import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
+import type {
+  ConversationRow,
+  CopyResult,
+  HistoryQuery,
+  MessageStore,
+  StoreCopyInput,
+  StoredCopy,
+  StorePairInput,
+  StorePairResult,
+} from '../types.js';
+import type { PgDb } from './db.js';
+import { lockKey } from './db.js';
+
+type Client = pg.PoolClient;
+
+/** BEGIN's companion: the owners' advisory locks in login order, so two pairs never wait on each other in a cycle. */
+function ownerLocks(owners: readonly string[]): string {
+  return [...new Set(owners)]
+    .sort()
+    .map((o) => `SELECT pg_advisory_xact_lock(${lockKey(`shine:owner:${o}`)});`)
+    .join('');
+}
+
+export class PgMessageStore implements MessageStore {
+  constructor(private readonly db: PgDb) {}
+
+  storePair(input: StorePairInput): Promise<StorePairResult> {
+    const { incoming, outgoing, nowMs } = input;
+    return this.db.tx(
+      async (c) => {
+        const replay = !input.silent;
+        // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3).
+        const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
+        let out: CopyResult;
+        let inc: CopyResult;
+        if (ownerOf(outgoing) !== ownerOf(incoming)) {
+          // Two owners: storing one copy cannot change the other's facts, so both copies' facts come in
+          // one round trip and both rows are written together.
+          const [outFacts, incFacts] = await lookupFacts(c, [outgoing, incoming]);
+          const plans = [
+            planCopy(outgoing, outFacts!, { nowMs, replay, originDevice: origin }),
+            planCopy(incoming, incFacts!, { nowMs, replay, originDevice: null }),
+          ];
+          await applyPlans(c, plans, nowMs);
+          [out, inc] = [plans[0]!.result, plans[1]!.result];
+        } else {
+          out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
+          inc = await storeCopyTx(c, incoming, nowMs, replay, null);
+        }
+        // The outbox rows, the delivery row and the state after it in one statement. When the upsert
+        // changes nothing (an older revision), the last SELECT reads the row as it was.
+        const q = new Params();
+        const outbox = outboxCte(q, [
+          outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs),
+          outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs),
+        ]);
+        const key = q.add(out.messageKey);
+        const d = copyChanged(out) ? input.delivery : null;
+        const upsert = d
+          ? `up AS (
+               INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+                 reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
+                 last_error, updated_at_ms)
+               VALUES (${key}, ${q.list([
+                 baseKeyOf(outgoing),
+                 outgoing.fromLogin,
+                 outgoing.toLogin,
+                 outgoing.revisionTimeMs,
+                 outgoing.reencryptedAtMs,
+                 d.state,
+                 d.attempt,
+                 d.acceptedAtMs,
+                 d.nextAttemptAtMs,
+                 d.leaseUntilMs ?? null,
+               ])}, 1, NULL, ${q.add(nowMs)})
+               ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+                 reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
+                 accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+                 lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
+                 last_error = NULL, updated_at_ms = excluded.updated_at_ms
+               WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+                     > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
+               RETURNING state)`
+          : `up AS (SELECT NULL::text AS state WHERE false)`;
+        const ctes = [outbox, upsert].filter((x) => x !== null).join(', ');
+        const r = await c.query<{ state: DeliveryState }>(
+          `WITH ${ctes}
+           SELECT state FROM up
+           UNION ALL
+           SELECT state FROM dm_delivery_state WHERE outgoing_key = ${key} AND NOT EXISTS (SELECT 1 FROM up)`,
+          q.values,
+        );
+        return { incoming: inc, outgoing: out, deliveryState: r.rows[0]?.state ?? null };
+      },
+      ownerLocks([ownerOf(outgoing), ownerOf(incoming)]),
+    );
+  }
+
+  storeCopy(input: StoreCopyInput): Promise<CopyResult> {
+    const copy = input.copy;
+    return this.db.tx(
+      async (c) => {
+        const r = await storeCopyTx(c, copy, input.nowMs, !input.silent, null);
+        const q = new Params();
+        const outbox = outboxCte(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
+        if (outbox) await c.query(`WITH ${outbox} SELECT 1`, q.values);
+        return r;
+      },
+      ownerLocks([ownerOf(copy)]),
+    );
+  }
+
+  async getCopy(messageKey: string): Promise<StoredCopy | null> {
+    const r = await this.db.query<MessageDbRow>('SELECT * FROM signed_messages WHERE message_key = $1', [messageKey]);
+    const row = r.rows[0];
+    return row ? toStoredCopy(row) : null;
+  }
+
+  async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
+    const first = q.beforeTimeMs === 0 && q.beforeMessageKey === '';
+    const r = await this.db.query<MessageDbRow & { delivery_state: DeliveryState | null }>(
+      `SELECT m.*, d.state AS delivery_state FROM signed_messages m
+         LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
+       WHERE m.owner_login = $1 AND m.peer_login = $2 AND m.message_type IN (1, 2)
+         AND ($3::boolean OR (m.time_ms, m.message_key) < ($4::bigint, $5::text))
+       ORDER BY m.time_ms DESC, m.message_key DESC LIMIT $6`,
+      [q.owner, q.peer, first, q.beforeTimeMs, q.beforeMessageKey, q.limit + 1],
+    );
+    const rows = r.rows;
+    const hasMore = rows.length > q.limit;
+    const items = rows.slice(0, q.limit).map((row): HistoryItem => {
+      const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(row);
+      return {
+        ...fields,
+        createdAtMs: row.created_at_ms,
+        readAtMs: row.read_at_ms,
+        deliveryState: row.message_type === 2 ? (row.delivery_state ?? 'accepted') : null,
+        blobB64: toBase64(blob),
+      };
+    });
+    return { items, hasMore };
+  }
+
+  async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
+    // The newest message per peer in history order (timeMs DESC, messageKey DESC), as GetDirectMessages.
+    const r = await this.db.query<{ peer_login: string; last_time_ms: number; message_key: string; unread: number }>(
+      `SELECT peer_login, time_ms AS last_time_ms, message_key, unread FROM (
+         SELECT peer_login, time_ms, message_key,
+                ROW_NUMBER() OVER (PARTITION BY peer_login ORDER BY time_ms DESC, message_key DESC) AS newest,
+                (COUNT(*) FILTER (WHERE message_type = 1 AND read_at_ms IS NULL) OVER (PARTITION BY peer_login))::int
+                  AS unread
+         FROM signed_messages WHERE owner_login = $1 AND message_type IN (1, 2)) per_peer
+       WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT $2`,
+      [owner, limit],
+    );
+    return r.rows.map((row) => ({
+      peerLogin: row.peer_login,
+      lastTimeMs: row.last_time_ms,
+      lastMessageKey: row.message_key,
+      unreadCount: row.unread,
+    }));
+  }
+}
+
+interface FactsRow {
+  conv: number | null;
+  tombstoned: boolean;
+  receipt: number | null;
+  revision_time_ms: number | null;
+  reencrypted_at_ms: number | null;
+  stored_at_ms: number | null;
+}
+
+/**
+ * The facts rules.planCopy needs for each copy, in one round trip. Only for copies of different owners:
+ * storing one then cannot change the facts of another.
+ */
+async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
+  const values: unknown[] = [];
+  const tuples = copies.map((copy, i) => {
+    const look = copyLookups(copy);
+    const n = values.length;
+    values.push(
+      look.owner,
+      look.peer,
+      look.baseKey,
+      look.messageKey,
+      look.conversationTombstone,
+      look.messageTombstone,
+      look.earliestReceipt,
+    );
+    const p = (k: number) => `$${n + k}`;
+    return `(${i}, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::boolean, ${p(6)}::boolean, ${p(7)}::boolean)`;
+  });
+  const r = await c.query<FactsRow>(
+    `SELECT
+       CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
+                                WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
+       v.tomb_q AND EXISTS (SELECT 1 FROM dm_tombstones
+                            WHERE owner_login = v.owner AND kind = 'message' AND target = v.base_key) AS tombstoned,
+       CASE WHEN v.receipt_q THEN (SELECT MIN(read_at_ms) FROM signed_messages
+                                   WHERE owner_login = v.owner AND target_base_key = v.base_key
+                                     AND message_type IN (3, 4)) END AS receipt,
+       e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
+     FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
+       LEFT JOIN signed_messages e ON e.message_key = v.message_key
+     ORDER BY v.i`,
+    values,
+  );
+  return r.rows.map((f) => ({
+    conversationDeleteBeforeMs: f.conv,
+    messageTombstoned: f.tombstoned,
+    existing:
+      f.stored_at_ms === null
+        ? null
+        : { revisionTimeMs: f.revision_time_ms!, reencryptedAtMs: f.reencrypted_at_ms!, storedAtMs: f.stored_at_ms },
+    earliestReceiptReadAtMs: f.receipt,
+  }));
+}
+
+/** Stores one copy under its owner's lock: its facts, then rules.planCopy's plan. */
+async function storeCopyTx(
+  c: Client,
+  copy: Container,
+  nowMs: number,
+  replay: boolean,
+  originDevice: string | null,
+): Promise<CopyResult> {
+  const [facts] = await lookupFacts(c, [copy]);
+  const plan = planCopy(copy, facts!, { nowMs, replay, originDevice });
+  await applyPlans(c, [plan], nowMs);
+  return plan.result;
+}
+
+/**
+ * Applies the plans of copies of different owners (or of one copy): new rows in one INSERT, then the
+ * updates, then the effects on other rows of each owner.
+ */
+async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number): Promise<void> {
+  const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
+  if (rows.length > 0) {
+    const q = new Params();
+    const tuples = rows.map(
+      (row) =>
+        `(${q.list([
+          row.messageKey,
+          row.baseKey,
+          row.owner,
+          row.peer,
+          row.messageType,
+          row.timeMs,
+          row.nonce,
+          row.revisionTimeMs,
+          row.reencryptedAtMs,
+          row.nowMs,
+          row.nowMs,
+          row.readAtMs,
+          row.targetBaseKey,
+          row.replay,
+          row.originDevice,
+          bufferOf(row.blob),
+        ])})`,
+    );
+    await c.query(
+      `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+         revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
+         origin_device, blob)
+       VALUES ${tuples.join(', ')}`,
+      q.values,
+    );
+  }
+  for (const plan of plans) {
+    if (plan.write !== 'update') continue;
+    const row = plan.row;
+    await c.query(
+      `UPDATE signed_messages SET revision_time_ms = $1, reencrypted_at_ms = $2, stored_at_ms = $3, blob = $4,
+         replay = $5, origin_device = $6,
+         read_at_ms = CASE WHEN message_type IN (3, 4) THEN $7 ELSE read_at_ms END
+       WHERE message_key = $8`,
+      [
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        bufferOf(row.blob),
+        row.replay,
+        row.originDevice,
+        row.readAtMs,
+        row.messageKey,
+      ],
+    );
+  }
+  for (const plan of plans) if (plan.write !== null && plan.effect) await applyEffect(c, plan.effect, nowMs);
+}
+
+const bufferOf = (b: Uint8Array): Buffer => Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
+async function applyEffect(c: Client, e: CopyEffect, nowMs: number): Promise<void> {
+  if (e.kind === 'markRead') {
+    await c.query(
+      `UPDATE signed_messages SET read_at_ms = $1
+       WHERE message_key = $2 AND owner_login = $3 AND (read_at_ms IS NULL OR read_at_ms > $1)`,
+      [e.readAtMs, e.targetMessageKey, e.owner],
+    );
+  } else if (e.kind === 'deleteMessage') {
+    // The tombstone, then the target's two copies and the receipts naming it, with their outbox rows.
+    await c.query(
+      `WITH t AS (
+         INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms)
+         VALUES ($1, 'message', $2, 0, $3) ON CONFLICT DO NOTHING),
+       gone AS (
+         DELETE FROM signed_messages WHERE owner_login = $1
+           AND (message_key IN ($2 || '|1', $2 || '|2') OR (target_base_key = $2 AND message_type IN (3, 4)))
+         RETURNING message_key)
+       DELETE FROM dm_sync_outbox WHERE owner_login = $1 AND primary_message_key IN (SELECT message_key FROM gone)`,
+      [e.owner, e.targetBaseKey, nowMs],
+    );
+  } else {
+    await c.query(
+      `WITH t AS (
+         INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms)
+         VALUES ($1, 'conversation', $2, $3, $4)
+         ON CONFLICT (owner_login, kind, target)
+           DO UPDATE SET delete_before_ms = GREATEST(dm_tombstones.delete_before_ms, excluded.delete_before_ms)),
+       gone AS (
+         DELETE FROM signed_messages
+         WHERE owner_login = $1 AND peer_login = $2 AND time_ms <= $3 AND message_type <= 6
+         RETURNING message_key)
+       DELETE FROM dm_sync_outbox WHERE owner_login = $1 AND primary_message_key IN (SELECT message_key FROM gone)`,
+      [e.owner, e.peer, e.deleteBeforeMs, nowMs],
+    );
+  }
+}
+
+/** Numbered parameters of one statement built from parts. */
+class Params {
+  readonly values: unknown[] = [];
+
+  add(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+
+  list(values: readonly unknown[]): string {
+    return values.map((v) => this.add(v)).join(', ');
+  }
+}
+
+/**
+ * The outbox rows of one store call as a CTE (`ob AS (INSERT …)`) to run with the call's last statement,
+ * or null when there are none. Their keys differ (one row per copy), so one upsert takes them all.
+ */
+function outboxCte(q: Params, rows: (OutboxRow | null)[]): string | null {
+  const present = rows.filter((r): r is OutboxRow => r !== null);
+  if (present.length === 0) return null;
+  const tuples = present.map(
+    (r) =>
+      `(${q.add(r.owner)}, ${q.add(r.primaryMessageKey)}, ${q.add(r.syncId)}, ${q.add(r.storedAtMs)}::bigint, ` +
+      `${q.add(bufferOf(packBlobs(r.blobs)))}::bytea, ${q.add(r.synced)}::boolean)`,
+  );
+  return `ob AS (
+    INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+    VALUES ${tuples.join(', ')}
+    ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+      stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced)`;
+}
