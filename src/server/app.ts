@@ -22,6 +22,8 @@ import type { Logger } from './log.js';
 import { createLogger } from './log.js';
 import { Metrics } from './metrics.js';
 import { SessionHub } from './sessions.js';
+import type { Fanout } from './cluster/fanout.js';
+import { LocalFanout, RedisFanout } from './cluster/fanout.js';
 import type { SqliteStore } from './store/sqlite/store.js';
 import { openSqliteStore } from './store/sqlite/store.js';
 import { Transport } from './transport/server.js';
@@ -100,6 +102,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
+    const fanout: Fanout = config.redisUrl
+      ? new RedisFanout({ hub, clock, log, metrics, redisUrl: config.redisUrl, prefix: config.redisPrefix })
+      : new LocalFanout(hub);
+    await fanout.start();
+    // After the transport: sessions close before presence is taken out of Redis.
+    stoppers.push(['fanout', () => fanout.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
@@ -129,14 +137,14 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
     });
     delivery = new DeliveryEngine(
-      { config, clock, store, hub, directory, peers, log, metrics, background, trouble },
+      { config, clock, store, fanout, directory, peers, log, metrics, background, trouble },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const pushStore = store.push;
     const vapid = await loadVapidIdentity(config, pushStore);
-    const push = new PushService({ config, clock, store: pushStore, hub, log, metrics, vapid });
+    const push = new PushService({ config, clock, store: pushStore, fanout, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);
-    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery, background, push });
+    const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       config,
@@ -153,7 +161,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const calls = new CallService({
       config,
       clock,
-      hub,
+      fanout,
       directory,
       peers,
       push: deps.callPush ?? push,
@@ -172,6 +180,14 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         background.run('replay after login', { login: session.login, deviceId: session.deviceId }, (signal) =>
           dm.onLogin(session, signal),
         ),
+    });
+    fanout.onResync(async (sessions) => {
+      for (const session of sessions) {
+        const { login, deviceId } = session;
+        background.run('replay after Redis came back', { login, deviceId }, (signal) =>
+          dm.replayPending(session, signal),
+        );
+      }
     });
     registerDirectoryOps(registry, directory);
     registerDmOps(registry, dm);
@@ -194,6 +210,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       metrics,
       store,
       hub,
+      fanout,
       verifier,
       serverKey,
       directory,
