@@ -179,14 +179,27 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
           dm.onLogin(session, signal),
         ),
     });
-    fanout.onResync(async (sessions) => {
-      for (const session of sessions) {
-        const { login, deviceId } = session;
-        background.run('replay after Redis came back', { login, deviceId }, (signal) =>
-          dm.replayPending(session, signal),
-        );
-      }
-    });
+    // One task replays to every open session; it settles when all are done, so resync requests that
+    // arrive meanwhile make one more pass rather than one each.
+    fanout.onResync(
+      (sessions) =>
+        new Promise<void>((resolve) => {
+          if (background.signal.aborted) return resolve();
+          background.run('replay after Redis came back', { sessions: sessions.length }, async (signal) => {
+            try {
+              await Promise.all(
+                sessions.map((s) =>
+                  dm.replayPending(s, signal).catch((err: unknown) => {
+                    log.warn('replay after Redis came back failed', { login: s.login, deviceId: s.deviceId, err });
+                  }),
+                ),
+              );
+            } finally {
+              resolve();
+            }
+          });
+        }),
+    );
     registerDirectoryOps(registry, directory);
     registerDmOps(registry, dm);
     registerFederationOps(registry, federation);

@@ -228,7 +228,6 @@ export class RedisFanout implements Fanout {
     this.up = false;
     this.pub.disconnect();
     this.sub.disconnect();
-    await this.resyncing;
   }
 
   private async subscribe(): Promise<void> {
