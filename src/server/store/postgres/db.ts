@@ -71,7 +71,7 @@ export class PgDb implements Queryable {
 
   constructor(private readonly opts: PgDbOptions) {
     this.size = opts.poolSize;
-    this.maxWaiting = opts.maxWaiting ?? Math.max(1_000, opts.poolSize * 200);
+    this.maxWaiting = opts.maxWaiting ?? opts.poolSize * 200;
     this.maxAttempts = opts.maxAttempts ?? 5;
     // The pool never has a caller waiting inside it: the slots below hand out at most `size` connections.
     this.pool = new pg.Pool({ connectionString: opts.url, max: opts.poolSize, types: TYPES });

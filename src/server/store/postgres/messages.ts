@@ -11,7 +11,7 @@ import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
 import { toStoredCopy } from '../rows.js';
-import type { CopyEffect, OutboxRow } from '../rules.js';
+import type { CopyEffect, CopyFacts, OutboxRow } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
   ConversationRow,
@@ -46,8 +46,11 @@ export class PgMessageStore implements MessageStore {
         const replay = !input.silent;
         // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3).
         const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
-        const out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
-        const inc = await storeCopyTx(c, incoming, nowMs, replay, null);
+        // A pair's copies have two owners, so both copies' facts come in one round trip.
+        const twoOwners = ownerOf(outgoing) !== ownerOf(incoming);
+        const [outFacts, incFacts] = twoOwners ? await lookupFacts(c, [outgoing, incoming]) : [];
+        const out = await storeCopyTx(c, outgoing, nowMs, replay, origin, outFacts);
+        const inc = await storeCopyTx(c, incoming, nowMs, replay, null, incFacts);
         await upsertOutbox(c, [
           outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs),
           outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs),
@@ -176,54 +179,64 @@ interface FactsRow {
   stored_at_ms: number | null;
 }
 
-/** Gathers the facts rules.planCopy needs (one round trip) and applies its plan. Runs under the owner's lock. */
+/**
+ * The facts rules.planCopy needs for each copy, in one round trip. Only for copies of different owners:
+ * storing one then cannot change the facts of another.
+ */
+async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
+  const values: unknown[] = [];
+  const tuples = copies.map((copy, i) => {
+    const look = copyLookups(copy);
+    const n = values.length;
+    values.push(
+      look.owner,
+      look.peer,
+      look.baseKey,
+      look.messageKey,
+      look.conversationTombstone,
+      look.messageTombstone,
+      look.earliestReceipt,
+    );
+    const p = (k: number) => `$${n + k}`;
+    return `(${i}, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::boolean, ${p(6)}::boolean, ${p(7)}::boolean)`;
+  });
+  const r = await c.query<FactsRow>(
+    `SELECT
+       CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
+                                WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
+       v.tomb_q AND EXISTS (SELECT 1 FROM dm_tombstones
+                            WHERE owner_login = v.owner AND kind = 'message' AND target = v.base_key) AS tombstoned,
+       CASE WHEN v.receipt_q THEN (SELECT MIN(read_at_ms) FROM signed_messages
+                                   WHERE owner_login = v.owner AND target_base_key = v.base_key
+                                     AND message_type IN (3, 4)) END AS receipt,
+       e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
+     FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
+       LEFT JOIN signed_messages e ON e.message_key = v.message_key
+     ORDER BY v.i`,
+    values,
+  );
+  return r.rows.map((f) => ({
+    conversationDeleteBeforeMs: f.conv,
+    messageTombstoned: f.tombstoned,
+    existing:
+      f.stored_at_ms === null
+        ? null
+        : { revisionTimeMs: f.revision_time_ms!, reencryptedAtMs: f.reencrypted_at_ms!, storedAtMs: f.stored_at_ms },
+    earliestReceiptReadAtMs: f.receipt,
+  }));
+}
+
+/** Stores one copy under its owner's lock: its facts (unless given), then rules.planCopy's plan. */
 async function storeCopyTx(
   c: Client,
   copy: Container,
   nowMs: number,
   replay: boolean,
   originDevice: string | null,
+  known?: CopyFacts,
 ): Promise<CopyResult> {
-  const look = copyLookups(copy);
-  const f = (
-    await c.query<FactsRow>(
-      `SELECT
-         CASE WHEN $5 THEN (SELECT delete_before_ms FROM dm_tombstones
-                            WHERE owner_login = $1 AND kind = 'conversation' AND target = $2) END AS conv,
-         $6 AND EXISTS (SELECT 1 FROM dm_tombstones WHERE owner_login = $1 AND kind = 'message' AND target = $3)
-           AS tombstoned,
-         CASE WHEN $7 THEN (SELECT MIN(read_at_ms) FROM signed_messages
-                            WHERE owner_login = $1 AND target_base_key = $3 AND message_type IN (3, 4)) END AS receipt,
-         e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
-       FROM (SELECT 1) AS one LEFT JOIN signed_messages e ON e.message_key = $4`,
-      [
-        look.owner,
-        look.peer,
-        look.baseKey,
-        look.messageKey,
-        look.conversationTombstone,
-        look.messageTombstone,
-        look.earliestReceipt,
-      ],
-    )
-  ).rows[0]!;
-  const plan = planCopy(
-    copy,
-    {
-      conversationDeleteBeforeMs: f.conv,
-      messageTombstoned: f.tombstoned,
-      existing:
-        f.stored_at_ms === null
-          ? null
-          : {
-              revisionTimeMs: f.revision_time_ms!,
-              reencryptedAtMs: f.reencrypted_at_ms!,
-              storedAtMs: f.stored_at_ms,
-            },
-      earliestReceiptReadAtMs: f.receipt,
-    },
-    { nowMs, replay, originDevice },
-  );
+  const facts = known ?? (await lookupFacts(c, [copy]))[0]!;
+  const plan = planCopy(copy, facts, { nowMs, replay, originDevice });
   if (plan.write === null) return plan.result;
   const row = plan.row;
   const blob = Buffer.from(row.blob.buffer, row.blob.byteOffset, row.blob.byteLength);
