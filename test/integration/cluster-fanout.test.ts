@@ -1,6 +1,7 @@
 /**
  * Two `shine serve` processes of one server on one database and one Redis prefix (docs/protocol.md
- * §9.2, decision 28): alice's sessions on process 1, bob's on process 2. Every event crosses through
+ * §9.2, decision 28): alice's sessions on process 1, bob's on process 2. Every event (messages,
+ * receipts, delivery states, calls) crosses through
  * Redis, and a push goes only to a device with no session on either process.
  *
  * carol's profile (from a directory file) names only the server `ghost`, which nobody knows: a pair
@@ -70,9 +71,12 @@ describe('two processes of one server: events and presence through Redis', () =>
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
+  /** Every session opened, by deviceId (the tests go on with the sessions of those before). */
+  const byDevice = new Map<string, RawClient>();
   const connect = async (n: 0 | 1, user: typeof alice, deviceId: string) => {
     const client = await connectUser(cluster.processes[n]!.wsUrl, user, deviceId);
     clients.push(client);
+    byDevice.set(deviceId, client);
     return client;
   };
   /** The devices Redis holds as having a session (on any process). */
@@ -145,6 +149,34 @@ describe('two processes of one server: events and presence through Redis', () =>
     assert.ok((await metricSum(p1.httpUrl, 'shine_fanout_received_total')) >= 3);
     assert.ok((await metricSum(p2.httpUrl, 'shine_fanout_received_total')) >= 1);
     assert.equal(await metricSum(p1.httpUrl, 'shine_redis_up'), 1);
+  });
+
+  it("a call rings bob's session on the other process, pushes only his device offline, and bob's answer reaches both of alice's", async () => {
+    const session = (deviceId: string): RawClient => byDevice.get(deviceId)!;
+    const [alicePhone, aliceLaptop, bobPhone] = [session('alice-phone'), session('alice-laptop'), session('bob-phone')];
+    const before = endpoint.to('/bob-tablet').length;
+    const invite = await alicePhone.call<OpResults['CallInviteBroadcast']>('CallInviteBroadcast', {
+      toLogin: 'bob',
+      callId: 'call-1',
+      payloadB64: '',
+    });
+    assert.deepEqual(invite, { deliveredWsSessions: 1, deliveredWebPushSessions: 1 });
+    const ring = await bobPhone.waitFor((f) => f.op === 'CallInvite');
+    assert.deepEqual(ring.payload, { fromLogin: 'alice', callId: 'call-1', payloadB64: '' });
+    await waitUntil(() => endpoint.to('/bob-tablet').length === before + 1, 10_000, 'call push to bob-tablet');
+    assert.equal(endpoint.to('/bob-phone').length, 0);
+    // bob answers on process 2: alice's phone on process 1 and her laptop on process 2 get it.
+    const answer = await bobPhone.call<OpResults['CallSignal']>('CallSignal', {
+      toLogin: 'alice',
+      callId: 'call-1',
+      kind: 'answer',
+      payloadB64: '',
+    });
+    assert.equal(answer.deliveredWsSessions, 2);
+    for (const c of [alicePhone, aliceLaptop]) {
+      const got = await c.waitFor((f) => f.op === 'CallSignal');
+      assert.deepEqual(got.payload, { fromLogin: 'bob', callId: 'call-1', kind: 'answer', payloadB64: '' });
+    }
   });
 
   it('a device is not pushed while it has a session on the other process, and is once that session closed', async () => {
