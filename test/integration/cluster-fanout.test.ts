@@ -1,8 +1,8 @@
 /**
  * Two `shine serve` processes of one server on one database and one Redis prefix (docs/protocol.md
  * §9.2, decision 28): alice's sessions on process 1, bob's on process 2. Every event (messages,
- * receipts, delivery states, calls) crosses through
- * Redis, and a push goes only to a device with no session on either process.
+ * receipts, delivery states, calls) crosses through Redis, and a push goes only to a device with no
+ * session on either process.
  *
  * carol's profile (from a directory file) names only the server `ghost`, which nobody knows: a pair
  * to her fails its first attempt and ends `failed` at the schedule's last offset, a state change
