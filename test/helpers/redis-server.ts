@@ -17,6 +17,10 @@ export interface RedisServer extends AsyncDisposable {
   stop(signal?: NodeJS.Signals): Promise<void>;
   /** Starts it again at the same port, empty, and waits until it answers PING. */
   start(): Promise<void>;
+  /** Freezes it (SIGSTOP): connections stay open, nothing is answered. */
+  pause(): void;
+  /** Lets a paused server go on (SIGCONT). */
+  resume(): void;
   close(): Promise<void>;
 }
 
@@ -72,6 +76,8 @@ export async function startRedisServer(): Promise<RedisServer> {
     },
     stop,
     start,
+    pause: () => void child?.kill('SIGSTOP'),
+    resume: () => void child?.kill('SIGCONT'),
     close: () => stop(),
     [Symbol.asyncDispose]: () => stop(),
   };

@@ -198,6 +198,32 @@ describe('RedisFanout', () => {
     }
   });
 
+  it('a Redis that hangs: the publish times out, counts as a loss, and its return brings the resync', async () => {
+    await using redis = await startRedisServer();
+    const prefix = freshRedisPrefix();
+    const p1 = processOf(redis.url, prefix);
+    const p2 = processOf(redis.url, prefix);
+    await started(p1, p2);
+    const a1 = p1.open('hank', 'laptop');
+    const a2 = p2.open('hank', 'phone');
+    redis.pause();
+    try {
+      p1.fanout.sendToUser('hank', frame(1));
+      assert.deepEqual(ns(a1), [1]);
+      // The command times out (2 s) on a connection that never closed.
+      await waitUntil(() => !p1.fanout.connected, 10_000, 'p1 counts it as lost');
+      assert.equal(await p1.metric('shine_redis_publish_failed_total'), 1);
+    } finally {
+      redis.resume();
+    }
+    await waitUntil(() => p1.fanout.connected, 10_000, 'p1 back');
+    // p2's sessions replay what they missed (the event was never published).
+    await waitUntil(() => p2.resyncs.some((ids) => ids.includes(a2.id)), 10_000, 'p2 resyncs');
+    const msgs = p1.lines.map((l) => String(l.msg));
+    assert.equal(msgs.filter((m) => m.startsWith('Redis lost')).length, 1, msgs.join('\n'));
+    assert.equal(msgs.filter((m) => m.startsWith('Redis is back')).length, 1, msgs.join('\n'));
+  });
+
   it('starts without Redis, serves its own sessions, and joins when Redis comes', async () => {
     await using redis = await startRedisServer();
     await redis.stop();

@@ -276,6 +276,13 @@ export class RedisFanout implements Fanout {
     this.pub.publish(this.channels[shard]!, JSON.stringify(message)).catch((err: unknown) => {
       this.count.publishFailed.inc();
       this.deps.log.debug('redis publish failed', { err: String(err) });
+      // On a connection that looked fine (a Redis that hangs, a command timing out) the other processes
+      // missed this event without anyone noticing a loss: the connection is made again, and its return
+      // is a return of Redis, with the resync that brings.
+      if (this.pubReady && !this.closed) {
+        this.connectionDown('pub');
+        this.pub.disconnect(true);
+      }
     });
   }
 
