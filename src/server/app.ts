@@ -21,6 +21,8 @@ import type { Logger } from './log.js';
 import { createLogger } from './log.js';
 import { Metrics } from './metrics.js';
 import { SessionHub } from './sessions.js';
+import type { Fanout } from './cluster/fanout.js';
+import { LocalFanout, RedisFanout } from './cluster/fanout.js';
 import { openStore } from './store/open.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
@@ -98,6 +100,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
+    const fanout: Fanout = config.redisUrl
+      ? new RedisFanout({ hub, clock, log, metrics, redisUrl: config.redisUrl, prefix: config.redisPrefix })
+      : new LocalFanout(hub);
+    await fanout.start();
+    // After the transport: sessions close before presence is taken out of Redis.
+    stoppers.push(['fanout', () => fanout.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
@@ -127,14 +135,14 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
     });
     delivery = new DeliveryEngine(
-      { config, clock, store, hub, directory, peers, log, metrics, background, trouble },
+      { config, clock, store, fanout, directory, peers, log, metrics, background, trouble },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const pushStore = store.push;
     const vapid = await loadVapidIdentity(config, pushStore);
-    const push = new PushService({ config, clock, store: pushStore, hub, log, metrics, vapid });
+    const push = new PushService({ config, clock, store: pushStore, fanout, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);
-    const dm = new DmService({ config, clock, store, hub, directory, verifier, log, delivery, background, push });
+    const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       config,
@@ -151,7 +159,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const calls = new CallService({
       config,
       clock,
-      hub,
+      fanout,
       directory,
       peers,
       push: deps.callPush ?? push,
@@ -171,6 +179,27 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
           dm.onLogin(session, signal),
         ),
     });
+    // One task replays to every open session; it settles when all are done, so resync requests that
+    // arrive meanwhile make one more pass rather than one each.
+    fanout.onResync(
+      (sessions) =>
+        new Promise<void>((resolve) => {
+          if (background.signal.aborted) return resolve();
+          background.run('replay after Redis came back', { sessions: sessions.length }, async (signal) => {
+            try {
+              await Promise.all(
+                sessions.map((s) =>
+                  dm.replayPending(s, signal).catch((err: unknown) => {
+                    log.warn('replay after Redis came back failed', { login: s.login, deviceId: s.deviceId, err });
+                  }),
+                ),
+              );
+            } finally {
+              resolve();
+            }
+          });
+        }),
+    );
     registerDirectoryOps(registry, directory);
     registerDmOps(registry, dm);
     registerFederationOps(registry, federation);
@@ -192,6 +221,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       metrics,
       store,
       hub,
+      fanout,
       verifier,
       serverKey,
       directory,

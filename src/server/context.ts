@@ -10,6 +10,7 @@ import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { PushService } from './push/service.js';
 import type { SessionHub } from './sessions.js';
+import type { Fanout } from './cluster/fanout.js';
 import type { Store } from './store/types.js';
 import type { AdminRoute } from './api/admin.js';
 
@@ -19,7 +20,10 @@ export interface AppContext {
   readonly log: Logger;
   readonly metrics: Metrics;
   readonly store: Store;
+  /** This process's sessions. */
   readonly hub: SessionHub;
+  /** Events and presence across every process of this server. */
+  readonly fanout: Fanout;
   readonly verifier: SignatureVerifier;
   readonly serverKey: ServerKey;
   readonly directory: Directory;

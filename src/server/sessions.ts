@@ -29,9 +29,20 @@ export function isUserSession(session: Session): session is UserSession {
   return session.login !== null && session.deviceId !== null;
 }
 
+/** Told when a session becomes a user's session and when a bound session ends (presence across processes). */
+export interface SessionWatcher {
+  bound(session: UserSession): void;
+  ended(session: UserSession): void;
+}
+
 export class SessionHub {
   private readonly byId = new Map<string, Session>();
   private readonly byLogin = new Map<string, Set<Session>>();
+  private readonly watchers: SessionWatcher[] = [];
+
+  watch(watcher: SessionWatcher): void {
+    this.watchers.push(watcher);
+  }
 
   add(session: Session): void {
     this.byId.set(session.id, session);
@@ -44,6 +55,7 @@ export class SessionHub {
     let set = this.byLogin.get(login);
     if (!set) this.byLogin.set(login, (set = new Set()));
     set.add(session);
+    if (isUserSession(session)) for (const w of this.watchers) w.bound(session);
     return true;
   }
 
@@ -51,8 +63,9 @@ export class SessionHub {
     this.byId.delete(session.id);
     if (session.login) {
       const set = this.byLogin.get(session.login);
-      set?.delete(session);
+      const was = set?.delete(session) ?? false;
       if (set?.size === 0) this.byLogin.delete(session.login);
+      if (was && isUserSession(session)) for (const w of this.watchers) w.ended(session);
     }
   }
 
@@ -75,5 +88,10 @@ export class SessionHub {
 
   all(): Session[] {
     return [...this.byId.values()];
+  }
+
+  /** Every session bound to a user (after AuthLogin). */
+  userSessions(): UserSession[] {
+    return [...this.byLogin.values()].flatMap((set) => [...set].filter(isUserSession));
   }
 }

@@ -14,7 +14,8 @@ import type { Config } from '../config/config.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
-import type { Session, SessionHub, UserSession } from '../sessions.js';
+import type { Fanout } from '../cluster/fanout.js';
+import type { Session, UserSession } from '../sessions.js';
 import { KeyedTokenBuckets } from '../transport/rate-limit.js';
 
 /** Wakes a callee's devices that have no open session (docs/protocol.md §5.5); returns how many pushes were queued. */
@@ -25,7 +26,8 @@ export interface CallPush {
 export interface CallDeps {
   config: Config;
   clock: Clock;
-  hub: SessionHub;
+  /** This server's sessions on every process. */
+  fanout: Fanout;
   directory: Directory;
   peers: PeerCaller;
   push: CallPush;
@@ -131,7 +133,7 @@ export class CallService {
    */
   private echoToOwnDevices(msg: CallMessage, session: Pick<Session, 'id'>): void {
     const own = { ...msg, toLogin: msg.fromLogin };
-    this.ringSessions(own, session.id);
+    this.deps.fanout.sendToUser(own.toLogin, callFrame(own), session.id);
     const { directory, config, log } = this.deps;
     void directory
       .lookup(msg.fromLogin, { noImport: true })
@@ -141,22 +143,16 @@ export class CallService {
 
   /** Delivers to toLogin's sessions on this server (except one) and, for an invite, to its devices by push. */
   private async ringHere(msg: CallMessage, exceptSessionId?: string): Promise<CallDelivery> {
-    const deliveredWsSessions = this.ringSessions(msg, exceptSessionId);
+    const deliveredWsSessions = await this.ringSessions(msg, exceptSessionId);
     const { fromLogin, toLogin, callId, kind } = msg;
     const deliveredWebPushSessions =
       kind === 'invite' ? await this.deps.push.notifyCall(toLogin, fromLogin, callId) : 0;
     return { deliveredWsSessions, deliveredWebPushSessions };
   }
 
-  /** The event to toLogin's sessions on this server (except one); returns how many got it. */
-  private ringSessions(msg: CallMessage, exceptSessionId?: string): number {
-    const { fromLogin, toLogin, callId, kind, payloadB64 } = msg;
-    if (kind === 'invite') {
-      const event: CallInviteEvent = { fromLogin, callId, payloadB64 };
-      return this.deps.hub.sendToUser(toLogin, eventFrame('CallInvite', event), exceptSessionId);
-    }
-    const event: CallSignalEvent = { fromLogin, callId, kind, payloadB64 };
-    return this.deps.hub.sendToUser(toLogin, eventFrame('CallSignal', event), exceptSessionId);
+  /** The event to toLogin's sessions on every process of this server (except one); resolves with how many. */
+  private ringSessions(msg: CallMessage, exceptSessionId?: string): Promise<number> {
+    return this.deps.fanout.sendToUserCounted(msg.toLogin, callFrame(msg), exceptSessionId);
   }
 
   /** ReceiveCallSignal to every access server of toLogin but this one, in parallel; null for each that missed waitMs. */
@@ -187,4 +183,10 @@ function checkPayload(payloadB64: string): void {
     throw new ShineError('TOO_LARGE', `a call payload is at most ${MAX_CALL_PAYLOAD} bytes`);
   }
   if (fromBase64(payloadB64) === null) throw new ShineError('BAD_FIELDS', 'payloadB64 is not base64');
+}
+
+/** CallInvite for an invite, CallSignal for every other kind. */
+function callFrame({ fromLogin, callId, kind, payloadB64 }: CallMessage) {
+  if (kind === 'invite') return eventFrame('CallInvite', { fromLogin, callId, payloadB64 } satisfies CallInviteEvent);
+  return eventFrame('CallSignal', { fromLogin, callId, kind, payloadB64 } satisfies CallSignalEvent);
 }

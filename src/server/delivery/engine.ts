@@ -16,7 +16,7 @@ import type { Directory } from '../directory/service.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
-import type { SessionHub } from '../sessions.js';
+import type { Fanout } from '../cluster/fanout.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
 import type { DeliveryTrouble } from './trouble.js';
 import { causeOf } from './trouble.js';
@@ -25,7 +25,7 @@ export interface DeliveryDeps {
   config: Config;
   clock: Clock;
   store: Pick<Store, 'delivery' | 'messages'>;
-  hub: SessionHub;
+  fanout: Fanout;
   directory: Directory;
   peers: PeerCaller;
   log: Logger;
@@ -381,10 +381,10 @@ export class DeliveryEngine {
     if (update.state !== row.state) this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state);
   }
 
-  /** DmDeliveryStateChanged to the sender's sessions on this server (docs/protocol.md §6.7). */
+  /** DmDeliveryStateChanged to the sender's sessions on this server's every process (docs/protocol.md §6.7). */
   notify(senderLogin: string, baseKey: string, outgoingKey: string, deliveryState: DeliveryState): void {
     const event: DeliveryStateChangedEvent = { baseKey, outgoingKey, deliveryState };
-    this.deps.hub.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));
+    this.deps.fanout.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));
   }
 
   /**

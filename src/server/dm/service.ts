@@ -15,14 +15,16 @@ import type { DeliveryEngine } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { PushService } from '../push/service.js';
-import type { Session, SessionHub, UserSession } from '../sessions.js';
+import type { Fanout } from '../cluster/fanout.js';
+import type { Session, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 
 export interface DmDeps {
   config: Config;
   clock: Clock;
   store: Pick<Store, 'devices' | 'messages' | 'settings'>;
-  hub: SessionHub;
+  /** This server's sessions on every process. */
+  fanout: Fanout;
   directory: Directory;
   verifier: SignatureVerifier;
   log: Logger;
@@ -172,7 +174,7 @@ export class DmService {
       senderDevice: device ? { login: sender, deviceId: device } : undefined,
     });
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);
-    const reached = recipientIsLocal ? this.publish(pair.incoming, result.incoming) : 0;
+    const reached = recipientIsLocal ? await this.publishCounted(pair.incoming, result.incoming) : 0;
     const pushed = recipientIsLocal ? await this.pushFor(pair.incoming, result.incoming) : 0;
     return {
       result,
@@ -191,15 +193,15 @@ export class DmService {
     };
   }
 
-  /** Sends a newly stored copy to its owner's sessions (except one); returns how many got it. */
-  publish(copy: Container, result: CopyResult, exceptSessionId?: string): number {
+  /** Sends a newly stored copy to its owner's sessions on every process (except one). */
+  publish(copy: Container, result: CopyResult, exceptSessionId?: string): void {
+    if (isNew(result)) this.deps.fanout.sendToUser(ownerOf(copy), directMessageFrame(copy, result), exceptSessionId);
+  }
+
+  /** The same; resolves with how many sessions it went to (docs/protocol.md decision 28). */
+  async publishCounted(copy: Container, result: CopyResult, exceptSessionId?: string): Promise<number> {
     if (!isNew(result)) return 0;
-    const event: DirectMessageEvent = {
-      ...copyFieldsOf(copy),
-      storedAtMs: result.storedAtMs,
-      blobB64: toBase64(copy.bytes),
-    };
-    return this.deps.hub.sendToUser(ownerOf(copy), eventFrame('DirectMessage', event), exceptSessionId);
+    return this.deps.fanout.sendToUserCounted(ownerOf(copy), directMessageFrame(copy, result), exceptSessionId);
   }
 
   /**
@@ -261,11 +263,19 @@ export class DmService {
    * arrives whole instead of getting the socket closed as a slow consumer. Stops when signal aborts.
    */
   async onLogin(session: UserSession, signal?: AbortSignal): Promise<void> {
-    const login = session.login;
-    const deviceId = session.deviceId;
     const { store, clock } = this.deps;
-    const seen = await store.devices.touchDevice(login, deviceId, clock.now());
+    const seen = await store.devices.touchDevice(session.login, session.deviceId, clock.now());
     if (seen.isNew) return; // a new device reads history instead
+    await this.replayPending(session, signal);
+  }
+
+  /**
+   * Sends an open session its device's unacknowledged copies, in order and paced by its socket; after
+   * a login, and again when its process may have missed events from other processes (Redis was away).
+   */
+  async replayPending(session: UserSession, signal?: AbortSignal): Promise<void> {
+    const { login, deviceId } = session;
+    const { store } = this.deps;
     let after: { storedAtMs: number; messageKey: string } | null = null;
     for (;;) {
       const page: StoredCopy[] = await store.devices.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
@@ -302,6 +312,15 @@ export class DmService {
     const rows = await this.deps.store.settings.getSettings(session.login, payload.keys);
     return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
   }
+}
+
+function directMessageFrame(copy: Container, result: CopyResult) {
+  const event: DirectMessageEvent = {
+    ...copyFieldsOf(copy),
+    storedAtMs: result.storedAtMs,
+    blobB64: toBase64(copy.bytes),
+  };
+  return eventFrame('DirectMessage', event);
 }
 
 function directMessageEvent({ blob, ...fields }: StoredCopy): DirectMessageEvent {

@@ -120,7 +120,7 @@ export class FederationService {
     return {
       messageKey: result.messageKey,
       baseKey: baseKeyOf(copy),
-      deliveredWsSessions: dm.publish(copy, result),
+      deliveredWsSessions: await dm.publishCounted(copy, result),
       deliveredWebPushSessions: await dm.pushFor(copy, result),
     };
   }

@@ -8,7 +8,8 @@ import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { Logger } from '../log.js';
 import type { Counter, Metrics } from '../metrics.js';
-import type { SessionHub, UserSession } from '../sessions.js';
+import type { Fanout } from '../cluster/fanout.js';
+import type { UserSession } from '../sessions.js';
 import type { PushAnswer, PushOptions, PushTarget, PushTransport } from './sender.js';
 import { httpPushTransport } from './sender.js';
 import type { PushStore, PushSubscriptionRow } from './store.js';
@@ -19,7 +20,8 @@ export interface PushDeps {
   config: Config;
   clock: Clock;
   store: PushStore;
-  hub: SessionHub;
+  /** Which devices have a session on some process (docs/protocol.md §5.5, decision 28). */
+  fanout: Pick<Fanout, 'onlineDevices'>;
   log: Logger;
   metrics: Metrics;
   vapid: VapidIdentity;
@@ -202,7 +204,7 @@ export class PushService {
   private async toDevicesWithoutSession(owner: string, message: PushMessage, options: PushOptions): Promise<number> {
     const subs = await this.deps.store.subscriptionsOf(owner);
     // Sessions are looked at after the read, so a device that logged in meanwhile is not pushed.
-    const online = new Set(this.deps.hub.sessionsOf(owner).map((s) => s.deviceId));
+    const online = await this.deps.fanout.onlineDevices(owner);
     const payload = JSON.stringify(message);
     let queued = 0;
     for (const sub of subs) {
