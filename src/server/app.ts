@@ -39,6 +39,7 @@ import { ReplicationService } from './replication/service.js';
 import { pushAdminRoutes, registerPushOps } from './api/push.js';
 import { PushService } from './push/service.js';
 import { loadVapidIdentity } from './push/vapid.js';
+import { ProcessRegistry } from './cluster/processes.js';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -100,6 +101,18 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
+    // Before anything runs: a process that may not run beside the live ones stops here (docs/protocol.md §9.2).
+    const processes = new ProcessRegistry({
+      store,
+      clock,
+      log,
+      metrics,
+      intervalMs: config.heartbeatIntervalMs,
+      redis: config.redisUrl !== undefined,
+      port,
+    });
+    await processes.start();
+    stoppers.push(['processes', () => processes.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
@@ -184,6 +197,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         store,
         replication,
         peers: { directory, trouble, connected: (server) => peers.connected(server) },
+        processes,
       }),
       ...pushAdminRoutes(push),
     ];
