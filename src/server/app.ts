@@ -38,6 +38,8 @@ import { pushAdminRoutes, registerPushOps } from './api/push.js';
 import { PushService } from './push/service.js';
 import { loadVapidIdentity } from './push/vapid.js';
 import { ProcessRegistry } from './cluster/processes.js';
+import { ClusterLimits } from './cluster/limits.js';
+import { Redis } from 'ioredis';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -111,6 +113,13 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     });
     await processes.start();
     stoppers.push(['processes', () => processes.close()]);
+    const limits = new ClusterLimits({
+      clock,
+      log,
+      metrics,
+      redis: config.redisUrl ? limitsRedis(config.redisUrl, log, stoppers) : null,
+      prefix: config.redisPrefix,
+    });
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
@@ -170,6 +179,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       push: deps.callPush ?? push,
       log,
       sourceOf: (session, source) => federation.sourceOf(session, source),
+      limits: limits.limiter,
     });
     const registry = new OpRegistry();
     registerAuthOps(registry, {
@@ -250,6 +260,17 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     await shutdown();
     throw err;
   }
+}
+
+/**
+ * The Redis connection of the per-login limits: a command fails at once while Redis is away (no
+ * offline queue, a short timeout), so a request falls back to this process's buckets instead of waiting.
+ */
+function limitsRedis(url: string, log: Logger, stoppers: [string, () => Promise<void> | void][]): Redis {
+  const redis = new Redis(url, { enableOfflineQueue: false, commandTimeout: 1_000, maxRetriesPerRequest: 0 });
+  redis.on('error', (err: Error) => log.debug('limits Redis connection', { err: err.message }));
+  stoppers.push(['limits redis', () => redis.disconnect()]);
+  return redis;
 }
 
 /** A host this machine can connect to: wildcard addresses become loopback, IPv6 gets brackets. */
