@@ -4,16 +4,18 @@
  * nothing is attempted twice or stored twice.
  *
  * Setup, all real: a cluster of three `shine serve` processes of `cluster` on one database, and bob's
- * server `beta` behind a WebSocket relay. After a warm-up pair, the relay holds every
- * ReceiveIncomingMessage (never forwarded, never answered), and alice sends ROWS pairs through the
- * second process. Each pair's row is stored leased to that process for its first attempt (two call
+ * server `beta` behind a WebSocket relay. After a warm-up pair, alice sends ROWS pairs through the
+ * second process, and the relay makes every first attempt hang: for half of the rows it holds the
+ * ReceiveIncomingMessage (never forwarded), for the other half it lets it reach beta, which stores the
+ * copy, and holds beta's answer (the attempt completed at the peer, but its process never learns it). Each pair's row is stored leased to that process for its first attempt (two call
  * timeouts, 16 s here), while the schedule's second offset is 2 s: without the lease, the other
  * processes' workers would run attempts of the same rows beside the hanging ones. Once every first
  * attempt hangs at the relay, the process gets SIGKILL and the relay lets frames through.
  *
- * Checked: at the kill the relay had held exactly one call per row (no other process ran an attempt
+ * Checked: at the kill the relay had seen exactly one call per row (no other process ran an attempt
  * of a leased row); after the lease, the other two processes deliver every row, each with exactly one
- * call that reaches beta; bob's history on beta holds each message once.
+ * call that reaches beta (a row completed at the peer is sent again once: its attempt died with its
+ * process); bob's history on beta holds each message once, those beta received twice included.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -86,18 +88,22 @@ describe('a process of the server killed while its attempts hang at the peer', (
     const held = new Map<string, number>();
     const passed = new Map<string, number>();
     let holding = true;
+    const bobProfile = await sender.getProfile('bob');
+    const bobKey = { login: 'bob', encKey: Buffer.from(bobProfile.encKeyB64, 'base64') };
+    const t0 = Date.now();
+    const pairs = Array.from({ length: ROWS }, (_, i) => textPair(alice, bobKey, `row ${i}`, { timeMs: t0 + i }));
+    // Half of the rows reach beta, which stores them, but its answers never come back: the attempt has
+    // completed at the peer when the process dies. The other half never reach beta.
+    const completedAtPeer = new Set(pairs.filter((_, i) => i % 2 === 0).map((p) => p.incomingBlobB64));
     relay.filter = (frame) => {
       if (frame?.op !== 'ReceiveIncomingMessage') return 'pass';
       const blob = String(frame.payload?.incomingBlobB64);
       const seen = holding ? held : passed;
       seen.set(blob, (seen.get(blob) ?? 0) + 1);
-      return holding ? 'hold' : 'pass';
+      return holding && !completedAtPeer.has(blob) ? 'hold' : 'pass';
     };
+    relay.answerFilter = (frame) => (holding && frame?.op === 'ReceiveIncomingMessage' ? 'hold' : 'pass');
 
-    const bobProfile = await sender.getProfile('bob');
-    const bobKey = { login: 'bob', encKey: Buffer.from(bobProfile.encKeyB64, 'base64') };
-    const t0 = Date.now();
-    const pairs = Array.from({ length: ROWS }, (_, i) => textPair(alice, bobKey, `row ${i}`, { timeMs: t0 + i }));
     const answers = await Promise.all(
       pairs.map((p) =>
         sender.request('SendMessagePair', { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 }),
@@ -158,12 +164,17 @@ describe('a process of the server killed while its attempts hang at the peer', (
     );
     assert.deepEqual(new Set(passed.values()), new Set([1]), 'each row attempted once after the takeover');
     assert.equal(
+      await metricSum(beta.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }),
+      1 + completedAtPeer.size + ROWS,
+      'beta got the warm-up, the calls completed before the kill, and one call per row after it',
+    );
+    assert.equal(
       byProcess.reduce((a, b) => a + b, 0),
       ROWS,
       'one successful attempt per row',
     );
     const history = await wholeHistory(bobClient, 'alice');
-    assert.equal(history.length, ROWS + 1, 'bob has each message once (and the warm-up)');
+    assert.equal(history.length, ROWS + 1, 'bob has each message once (and the warm-up), those sent twice too');
     assert.equal(new Set(history.map((h) => h.messageKey)).size, ROWS + 1);
   });
 });
