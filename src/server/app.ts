@@ -39,6 +39,9 @@ import { ReplicationService } from './replication/service.js';
 import { pushAdminRoutes, registerPushOps } from './api/push.js';
 import { PushService } from './push/service.js';
 import { loadVapidIdentity } from './push/vapid.js';
+import { ProcessRegistry } from './cluster/processes.js';
+import { ClusterLimits } from './cluster/limits.js';
+import { Redis } from 'ioredis';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -100,6 +103,25 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const verifier = sodiumVerifier;
     const hub = new SessionHub();
     const metrics = new Metrics();
+    // Before anything runs: a process that may not run beside the live ones stops here (docs/protocol.md §9.2).
+    const processes = new ProcessRegistry({
+      store,
+      clock,
+      log,
+      metrics,
+      intervalMs: config.heartbeatIntervalMs,
+      redis: config.redisUrl !== undefined,
+      port,
+    });
+    await processes.start();
+    stoppers.push(['processes', () => processes.close()]);
+    const limits = new ClusterLimits({
+      clock,
+      log,
+      metrics,
+      redis: config.redisUrl ? limitsRedis(config.redisUrl, log, stoppers) : null,
+      prefix: config.redisPrefix,
+    });
     const fanout: Fanout = config.redisUrl
       ? new RedisFanout({ hub, clock, log, metrics, redisUrl: config.redisUrl, prefix: config.redisPrefix })
       : new LocalFanout(hub);
@@ -165,6 +187,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       push: deps.callPush ?? push,
       log,
       sourceOf: (session, source) => federation.sourceOf(session, source),
+      limits: limits.limiter,
     });
     const registry = new OpRegistry();
     registerAuthOps(registry, {
@@ -211,6 +234,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         store,
         replication,
         peers: { directory, trouble, connected: (server) => peers.connected(server) },
+        processes,
       }),
       ...pushAdminRoutes(push),
     ];
@@ -266,6 +290,17 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     await shutdown();
     throw err;
   }
+}
+
+/**
+ * The Redis connection of the per-login limits: a command fails at once while Redis is away (no
+ * offline queue, a short timeout), so a request falls back to this process's buckets instead of waiting.
+ */
+function limitsRedis(url: string, log: Logger, stoppers: [string, () => Promise<void> | void][]): Redis {
+  const redis = new Redis(url, { enableOfflineQueue: false, commandTimeout: 1_000, maxRetriesPerRequest: 0 });
+  redis.on('error', (err: Error) => log.debug('limits Redis connection', { err: err.message }));
+  stoppers.push(['limits redis', () => redis.disconnect()]);
+  return redis;
 }
 
 /** A host this machine can connect to: wildcard addresses become loopback, IPv6 gets brackets. */

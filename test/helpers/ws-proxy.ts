@@ -16,6 +16,8 @@ export interface WsProxy extends AsyncDisposable {
   filter: (frame: ParsedFrame) => ProxyVerdict;
   /** Called for every frame the upstream server sends back. */
   onAnswer: (frame: ParsedFrame) => void;
+  /** Decides for each frame the upstream server sends back (after onAnswer); frames held are never forwarded. */
+  answerFilter: (frame: ParsedFrame) => ProxyVerdict;
   /** From now on the connections open now pass nothing (frames, pings, pongs) and stay open; new ones pass. */
   blackholeOpen(): void;
   /** Connections made through the relay so far. */
@@ -48,6 +50,7 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
     wsUrl: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/ws`,
     filter: () => 'pass',
     onAnswer: () => undefined,
+    answerFilter: () => 'pass',
     blackholeOpen: () => sockets.forEach((s) => dead.add(s)),
     get connections() {
       return connections;
@@ -81,7 +84,9 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
     upstream.on('message', (data) => {
       const text = String(data);
       if (!passes()) return;
-      proxy.onAnswer(parse(text));
+      const frame = parse(text);
+      proxy.onAnswer(frame);
+      if (proxy.answerFilter(frame) === 'hold') return;
       if (client.readyState === WebSocket.OPEN) client.send(text);
     });
     const end = (): void => {

@@ -1,6 +1,7 @@
 /** Admin and debug HTTP routes (docs/protocol.md §8), all behind the admin token. */
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryState } from '../../protocol/ops.js';
+import type { ProcessRegistry } from '../cluster/processes.js';
 import type { DeliveryTrouble } from '../delivery/trouble.js';
 import type { Directory } from '../directory/service.js';
 import type { ReplicationService } from '../replication/service.js';
@@ -28,8 +29,9 @@ export function adminApi(deps: {
   store: Pick<Store, 'delivery' | 'replication'>;
   replication: ReplicationService;
   peers: PeerView;
+  processes: Pick<ProcessRegistry, 'processId' | 'list'>;
 }): AdminRoute[] {
-  const { store, replication, peers } = deps;
+  const { store, replication, peers, processes } = deps;
   return [
     {
       method: 'GET',
@@ -73,6 +75,13 @@ export function adminApi(deps: {
             }),
           ),
         };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/debug/processes',
+      async handle() {
+        return { self: processes.processId, processes: await processes.list() };
       },
     },
     { method: 'POST', path: '/admin/sync', handle: () => replication.runCycle() },

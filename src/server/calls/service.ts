@@ -15,8 +15,8 @@ import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { Fanout } from '../cluster/fanout.js';
+import type { KeyedLimiter, LimiterFactory } from '../cluster/limits.js';
 import type { Session, UserSession } from '../sessions.js';
-import { KeyedTokenBuckets } from '../transport/rate-limit.js';
 
 /** Wakes a callee's devices that have no open session (docs/protocol.md §5.5); returns how many pushes were queued. */
 export interface CallPush {
@@ -34,6 +34,8 @@ export interface CallDeps {
   log: Logger;
   /** The server calling a server op: the authenticated one (or the payload's claim with s2sAuth off). */
   sourceOf(session: Session, sourceServerLogin: string | undefined): string | null;
+  /** The per-login limits, shared by the server's processes when it has Redis (docs/protocol.md §9.2). */
+  limits: LimiterFactory;
 }
 
 /** docs/protocol.md §5.6: per sending login, 30 invites and 600 signals a minute. */
@@ -55,12 +57,12 @@ interface CallMessage {
 }
 
 export class CallService {
-  private readonly invites: KeyedTokenBuckets;
-  private readonly signals: KeyedTokenBuckets;
+  private readonly invites: KeyedLimiter;
+  private readonly signals: KeyedLimiter;
 
   constructor(private readonly deps: CallDeps) {
-    this.invites = new KeyedTokenBuckets(CALL_LIMITS.invite, deps.clock);
-    this.signals = new KeyedTokenBuckets(CALL_LIMITS.signal, deps.clock);
+    this.invites = deps.limits('call-invite', CALL_LIMITS.invite);
+    this.signals = deps.limits('call-signal', CALL_LIMITS.signal);
   }
 
   /** CallInviteBroadcast from a client session. */
@@ -102,7 +104,7 @@ export class CallService {
     checkPayload(msg.payloadB64);
     if (msg.toLogin === msg.fromLogin) throw new ShineError('BAD_FIELDS', 'a user cannot call itself');
     const limiter = msg.kind === 'invite' ? this.invites : this.signals;
-    if (!limiter.take(msg.fromLogin)) {
+    if (!(await limiter.take(msg.fromLogin))) {
       throw new ShineError('RATE_LIMITED', msg.kind === 'invite' ? 'too many call invites' : 'too many call signals');
     }
     const { config, clock, directory } = this.deps;

@@ -82,6 +82,8 @@ export interface Config {
   redisUrl?: string | undefined;
   /** Prefix of every Redis key and channel; default `shine:<serverLogin>:`. */
   redisPrefix: string;
+  /** Each process refreshes its heartbeat row this often; a row counts as live for 3 intervals (docs/protocol.md §9.2). */
+  heartbeatIntervalMs: number;
 }
 
 /**
@@ -126,6 +128,7 @@ export interface ConfigInput {
   vapidSubject?: string | undefined;
   redisUrl?: string | undefined;
   redisPrefix?: string | undefined;
+  heartbeatIntervalMs?: number | string | undefined;
   /** `1`/`true` or `0`/`false` (or a boolean). */
   webPushAllowInsecure?: string | boolean | undefined;
   webPushReceipts?: string | boolean | undefined;
@@ -164,6 +167,7 @@ export const CONFIG_DEFAULTS = {
   pushQueueSize: 10_000,
   pushConcurrency: 16,
   pushTimeoutMs: 10_000,
+  heartbeatIntervalMs: 5_000,
 } as const satisfies Partial<Config>;
 
 /** The serverLogin of a server that is not federated (server ops answer LOCAL_SERVER_NOT_CONFIGURED). */
@@ -210,6 +214,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'pushTimeoutMs',
   'redisUrl',
   'redisPrefix',
+  'heartbeatIntervalMs',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -298,6 +303,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     pushTimeoutMs: int('pushTimeoutMs', input.pushTimeoutMs ?? d.pushTimeoutMs, 1),
     redisUrl: redisUrl(input.redisUrl),
     redisPrefix: nonEmpty('redisPrefix', input.redisPrefix ?? `shine:${serverLogin}:`),
+    heartbeatIntervalMs: int('heartbeatIntervalMs', input.heartbeatIntervalMs ?? d.heartbeatIntervalMs, 1),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);

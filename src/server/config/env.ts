@@ -36,6 +36,7 @@ export const ENV_VARS = {
   SHINE_WEBPUSH_RECEIPTS: 'webPushReceipts',
   SHINE_REDIS_URL: 'redisUrl',
   SHINE_REDIS_PREFIX: 'redisPrefix',
+  SHINE_HEARTBEAT_INTERVAL_MS: 'heartbeatIntervalMs',
 } as const satisfies Record<string, keyof ConfigInput>;
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';

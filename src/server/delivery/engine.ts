@@ -45,6 +45,16 @@ export interface DeliveryOptions {
 /** A claimed row's lease, in call timeouts. */
 const LEASE_TIMEOUTS = 6;
 
+/**
+ * How long a row stays leased to the process that stored it and runs its first attempt (docs/protocol.md
+ * §6.6): the attempt's profile refresh (at most one call timeout) and its parallel calls (one timeout
+ * each). No worker of any process claims the row meanwhile; if the process dies, the row is taken over
+ * once the lease ends.
+ */
+export function firstAttemptLeaseMs(config: Pick<Config, 's2sTimeoutMs'>): number {
+  return 2 * config.s2sTimeoutMs;
+}
+
 /** What a first attempt found: the revision's delivery state, and whether the attempt changed it. */
 export interface FirstAttemptOutcome {
   state: DeliveryState;
@@ -128,14 +138,17 @@ export class DeliveryEngine {
     // Never rejects: callers chain on it without a catch of their own.
     // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
     const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
-    const calls = this.deliverTo(incoming.toLogin, payload, Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2)).catch(
-      (err: unknown) => {
-        this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
-        return false;
-      },
-    );
+    const errors: string[] = [];
+    const refreshWaitMs = Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2);
+    const calls = this.deliverTo(incoming.toLogin, payload, refreshWaitMs, errors).catch((err: unknown) => {
+      this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
+      return false;
+    });
     const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
-      if (!ok) return { state: 'accepted', changed: false };
+      if (!ok) {
+        await this.releaseFirstLease(outgoingKey, outgoing, errors.join('; ') || 'no route answered');
+        return { state: 'accepted', changed: false };
+      }
       try {
         if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now()))
           return { state: 'delivered', changed: true };
@@ -163,6 +176,39 @@ export class DeliveryEngine {
     }
     this.deps.background.run('first attempt', { key: outgoingKey }, () => outcome);
     return outcome;
+  }
+
+  /**
+   * A failed first attempt gives its row back at once, so the second regular attempt comes at its
+   * offset rather than at the lease's end. Only the first attempt's own lease is released: a worker
+   * that took the row over meanwhile holds a lease of its own (and a newer row version).
+   */
+  private async releaseFirstLease(
+    outgoingKey: string,
+    revision: { revisionTimeMs: number; reencryptedAtMs: number },
+    lastError: string,
+  ): Promise<void> {
+    const { store, config, clock, log } = this.deps;
+    try {
+      const row = await store.delivery.getDelivery(outgoingKey);
+      if (
+        row?.state !== 'accepted' ||
+        row.revisionTimeMs !== revision.revisionTimeMs ||
+        row.reencryptedAtMs !== revision.reencryptedAtMs ||
+        row.leaseUntilMs !== row.acceptedAtMs + firstAttemptLeaseMs(config)
+      )
+        return;
+      const update = {
+        state: 'accepted' as const,
+        attempt: row.attempt,
+        nextAttemptAtMs: row.nextAttemptAtMs,
+        lastError,
+      };
+      await store.delivery.finishDelivery(outgoingKey, row.rowVersion, update, clock.now());
+    } catch (err) {
+      // The lease then simply runs out: the second attempt comes a little later.
+      log.warn('could not release a first attempt lease', { key: outgoingKey, err: String(err) });
+    }
   }
 
   /**
@@ -399,8 +445,8 @@ export class DeliveryEngine {
   private async wake(serverLogin: string): Promise<void> {
     const { clock, config, store } = this.deps;
     const now = clock.now();
-    // A pair accepted moments ago may be in its first attempt right now (no lease guards it): waking
-    // it would run a second, concurrent attempt of the same row. Its regular schedule covers it.
+    // A pair accepted moments ago may be in its first attempt right now. Its lease keeps workers off
+    // it; leaving it unwoken also keeps its regular schedule, which covers it.
     const woken = await store.delivery.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
     if (woken > 0) {
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });

@@ -12,6 +12,7 @@ import type { Clock, TimerHandle } from '../clock.js';
 import { raceTimer } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { DeliveryEngine } from '../delivery/engine.js';
+import { firstAttemptLeaseMs } from '../delivery/engine.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { PushService } from '../push/service.js';
@@ -145,8 +146,9 @@ export class DmService {
   /**
    * Stores a checked pair in one transaction with its outbox rows and its delivery row — `delivered` at
    * once when the recipient's profile lists this server (the local copy counts, docs/protocol.md §6.2), otherwise
-   * `accepted` with the first attempt left to the caller and the worker owning the row from the second
-   * offset on, even if this process dies meanwhile — then sends the new copies to their owners' sessions.
+   * `accepted` and leased to this process for the first attempt, which the caller runs; the worker (of
+   * any process) owns the row from the second offset on, or once the lease ends if this process dies
+   * meanwhile — then sends the new copies to their owners' sessions.
    * `from` is the server the pair came from (the sender's other access server), null for a client's send.
    */
   async storeCheckedPair(
@@ -170,7 +172,14 @@ export class DmService {
       outbox: { owners: outbox },
       delivery: recipientIsLocal
         ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
-        : { state: 'accepted', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: now + (config.retryScheduleMs[1] ?? 0) },
+        : {
+            state: 'accepted',
+            attempt: 1,
+            acceptedAtMs: now,
+            nextAttemptAtMs: now + (config.retryScheduleMs[1] ?? 0),
+            // This process runs the first attempt now: no worker (here or in another process) runs one beside it.
+            leaseUntilMs: now + firstAttemptLeaseMs(config),
+          },
       senderDevice: device ? { login: sender, deviceId: device } : undefined,
     });
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);

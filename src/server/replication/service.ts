@@ -25,7 +25,7 @@ import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
 export interface ReplicationDeps {
   config: Config;
   clock: Clock;
-  store: Pick<Store, 'directory' | 'messages' | 'replication' | 'settings'>;
+  store: Pick<Store, 'directory' | 'messages' | 'processes' | 'replication' | 'settings'>;
   directory: Directory;
   dm: DmService;
   federation: FederationService;
@@ -78,10 +78,13 @@ class SyncProtocolError extends Error {
 const isAfter = (b: SyncCursor, a: SyncCursor): boolean =>
   b.storedAtMs > a.storedAtMs || (b.storedAtMs === a.storedAtMs && b.key > a.key);
 const HOUR = 3_600_000;
+/** How often POST /admin/sync asks again for the replication lock another process holds. */
+const LOCK_RETRY_MS = 250;
 
 export class ReplicationService {
   private timer: TimerHandle | null = null;
-  private running: Promise<SyncCycleSummary> | null = null;
+  private running: Promise<SyncCycleSummary | null> | null = null;
+  private readonly skipped: Counter;
   private readonly pulled: Counter;
   private readonly syncErrors: Counter;
   private readonly cycles: Counter;
@@ -95,6 +98,11 @@ export class ReplicationService {
     this.cycles = m.counter(
       'sync_cycles_total',
       'Replication cycles finished, by result (ok, or errors when an exchange with a peer failed)',
+    );
+    this.skipped = m.counter(
+      'sync_cycles_skipped_total',
+      'Periodic replication cycles skipped because another process of this server was running one',
+      [],
     );
     m.gauge('sync_cycle_running', 'Whether a replication cycle is running now (1) or not (0)', () =>
       this.running ? 1 : 0,
@@ -198,10 +206,15 @@ export class ReplicationService {
 
   // ---- puller ----
 
-  /** Runs a cycle now and then every syncIntervalMs, in the background. */
+  /**
+   * Runs a cycle now and then every syncIntervalMs, in the background; a cycle due while another process
+   * of this server runs one is skipped (that process pulls for all of them) and counted.
+   */
   start(): void {
     const tick = (): void => {
-      this.deps.background.run('replication cycle', {}, () => this.runCycle());
+      this.deps.background.run('replication cycle', {}, async () => {
+        if ((await this.tryCycle()) === null) this.skipped.inc();
+      });
       this.timer = this.deps.clock.setTimer(this.deps.config.syncIntervalMs, tick);
     };
     tick();
@@ -212,12 +225,37 @@ export class ReplicationService {
     this.timer?.cancel();
   }
 
-  /** One replication cycle; a call while one runs joins it. */
-  runCycle(): Promise<SyncCycleSummary> {
-    this.running ??= this.cycle(this.deps.background.signal).finally(() => {
+  /**
+   * One replication cycle now (POST /admin/sync): joins the one running in this process, or waits while
+   * another process of this server runs one and then runs its own, so the answer always describes a
+   * cycle that started after the request.
+   */
+  async runCycle(): Promise<SyncCycleSummary> {
+    const { clock, background } = this.deps;
+    for (;;) {
+      const summary = await this.tryCycle();
+      if (summary) return summary;
+      await untilAborted(new Promise<void>((resolve) => clock.setTimer(LOCK_RETRY_MS, resolve)), background.signal);
+    }
+  }
+
+  /**
+   * A cycle under the server-wide replication lock (docs/protocol.md §9.2: one process at a time), or
+   * null when another process holds it. A call while a cycle runs in this process joins it.
+   */
+  tryCycle(): Promise<SyncCycleSummary | null> {
+    this.running ??= this.lockedCycle().finally(() => {
       this.running = null;
     });
     return this.running;
+  }
+
+  private async lockedCycle(): Promise<SyncCycleSummary | null> {
+    const out: { summary: SyncCycleSummary | null } = { summary: null };
+    await this.deps.store.processes.exclusively('replication', async () => {
+      out.summary = await this.cycle(this.deps.background.signal);
+    });
+    return out.summary;
   }
 
   private async cycle(signal: AbortSignal): Promise<SyncCycleSummary> {
