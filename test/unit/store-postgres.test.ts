@@ -221,6 +221,20 @@ describe('PostgreSQL: several processes on one database', () => {
     assert.equal(once, 1);
   });
 
+  it('a transaction whose BEGIN statements fail leaves no open transaction on its connection', async () => {
+    const one = openPostgresStore({ url: (await database()).url, poolSize: 1 });
+    try {
+      await assert.rejects(
+        one.db.tx(async () => 1, 'SELECT 1 / 0;'),
+        /division by zero/,
+      );
+      // The pool's only connection is used next: it must not be inside an aborted transaction.
+      assert.equal(await one.meta.getMeta('nothing'), null);
+    } finally {
+      await one.close();
+    }
+  });
+
   it('a database that cannot be reached answers 503 OVERLOADED', async () => {
     const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 1 });
     await assert.rejects(gone.ping(), { code: 'OVERLOADED' });
