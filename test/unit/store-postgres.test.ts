@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
 import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
 import type { PostgresStore } from '../../src/server/store/postgres/store.js';
@@ -73,6 +74,12 @@ describe('PostgreSQL: several processes on one database', () => {
       r.rows.map((row) => row.version),
       POSTGRES_MIGRATIONS.map((_, i) => i + 1),
     );
+  });
+
+  it("reads BIGINT as numbers through its own pool only, leaving pg's global parsers alone", async () => {
+    const r = await a.db.query<{ n: unknown }>('SELECT 9007199254740991::bigint AS n');
+    assert.equal(r.rows[0]!.n, Number.MAX_SAFE_INTEGER);
+    assert.equal(pg.types.getTypeParser(pg.types.builtins.INT8, 'text')('42'), '42');
   });
 
   it('keys sort by bytes whatever the database collation: key columns are COLLATE "C"', async () => {
