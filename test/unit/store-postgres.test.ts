@@ -158,6 +158,30 @@ describe('PostgreSQL: several processes on one database', () => {
     assert.ok(concurrent.history.length > 0);
   });
 
+  it('one new device logged in through two pools at once is new for exactly one', async () => {
+    const results = await Promise.all([
+      a.devices.touchDevice('race-dev', 'phone', T0),
+      b.devices.touchDevice('race-dev', 'phone', T0 + 1),
+    ]);
+    assert.equal(results.filter((r) => r.isNew).length, 1);
+    assert.equal(results[0]!.firstSeenAtMs, results[1]!.firstSeenAtMs);
+  });
+
+  it('settings written through two pools at once: the winner by the rule is stored, whatever the order', async () => {
+    const writes = Array.from({ length: 20 }, (_, i) => ({
+      owner: 'race-set',
+      key: 'theme',
+      value: new Uint8Array([i % 7, i]),
+      updatedAtMs: T0 + (i % 5),
+      nowMs: T0 + 100,
+      synced: false,
+    }));
+    await Promise.all(writes.map((w, i) => (i % 2 === 0 ? a : b).settings.setSetting(w)));
+    const [stored] = await a.settings.getSettings('race-set');
+    // The newest updatedAtMs (T0 + 4: i = 4, 9, 14, 19), then the largest value bytes among them.
+    assert.deepEqual([stored?.updatedAtMs, [...(stored?.value ?? [])]], [T0 + 4, [5, 19]]);
+  });
+
   it('exclusively: while one pool holds the lock, another does not run', async () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
