@@ -12,12 +12,14 @@ export type ProxyVerdict = 'pass' | 'hold';
 
 export interface WsProxy extends AsyncDisposable {
   readonly wsUrl: string;
-  /** Decides for each frame from a client (a connecting peer); frames held are never forwarded. */
+  /** Decides for each frame from a client (a connecting peer); frames held wait for releaseHeld(). */
   filter: (frame: ParsedFrame) => ProxyVerdict;
   /** Called for every frame the upstream server sends back. */
   onAnswer: (frame: ParsedFrame) => void;
-  /** Decides for each frame the upstream server sends back (after onAnswer); frames held are never forwarded. */
+  /** Decides for each frame the upstream server sends back (after onAnswer); frames held wait for releaseHeld(). */
   answerFilter: (frame: ParsedFrame) => ProxyVerdict;
+  /** Forwards the frames held so far (on connections still open), in order; returns how many. */
+  releaseHeld(): number;
   /** From now on the connections open now pass nothing (frames, pings, pongs) and stay open; new ones pass. */
   blackholeOpen(): void;
   /** Connections made through the relay so far. */
@@ -46,12 +48,19 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
   const sockets = new Set<WebSocket>();
   const dead = new Set<WebSocket>();
   let connections = 0;
+  let held: (() => void)[] = [];
   const proxy: WsProxy = {
     wsUrl: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/ws`,
     filter: () => 'pass',
     onAnswer: () => undefined,
     answerFilter: () => 'pass',
     blackholeOpen: () => sockets.forEach((s) => dead.add(s)),
+    releaseHeld: () => {
+      const now = held;
+      held = [];
+      now.forEach((forward) => forward());
+      return now.length;
+    },
     get connections() {
       return connections;
     },
@@ -77,17 +86,24 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
     });
     client.on('message', (data) => {
       const text = String(data);
-      if (!passes() || proxy.filter(parse(text)) === 'hold') return;
-      if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
-      else early.push(text);
+      if (!passes()) return;
+      const forward = (): void => {
+        if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
+        else if (upstream.readyState === WebSocket.CONNECTING) early.push(text);
+      };
+      if (proxy.filter(parse(text)) === 'hold') held.push(forward);
+      else forward();
     });
     upstream.on('message', (data) => {
       const text = String(data);
       if (!passes()) return;
       const frame = parse(text);
       proxy.onAnswer(frame);
-      if (proxy.answerFilter(frame) === 'hold') return;
-      if (client.readyState === WebSocket.OPEN) client.send(text);
+      const forward = (): void => {
+        if (client.readyState === WebSocket.OPEN) client.send(text);
+      };
+      if (proxy.answerFilter(frame) === 'hold') held.push(forward);
+      else forward();
     });
     const end = (): void => {
       client.terminate();

@@ -1,5 +1,5 @@
 /**
- * Import of an unknown user asks every known server at once under one deadline: peers that accept a
+ * Import of an unknown user asks every known server at once; the request waits one deadline: peers that accept a
  * connection and then never answer must not hold up a SendMessagePair past SHINE_FIRST_ATTEMPT_WAIT_MS.
  */
 import assert from 'node:assert/strict';
@@ -9,6 +9,9 @@ import { describe, it } from 'node:test';
 import { startNetwork } from '../helpers/network.js';
 import { textPair } from '../helpers/federation.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { waitUntil } from '../helpers/wait.js';
+import { startWsProxy } from '../helpers/ws-proxy.js';
+import { freePort } from '../helpers/server-process.js';
 
 /** A loopback TCP server that accepts connections and never says a word. */
 async function blackHole(): Promise<{ server: Server; port: number; sockets: Set<Socket> }> {
@@ -58,5 +61,57 @@ describe('directory: importing an unknown user', () => {
         h.server.close();
       }
     }
+  });
+
+  it('imports a profile that comes after the deadline, so the next request finds the user', async () => {
+    // alpha reaches beta through a relay (the address in beta's descriptor).
+    const [betaPort, alphaPort] = [await freePort(), await freePort()];
+    await using proxy = await startWsProxy(`ws://127.0.0.1:${betaPort}/ws`);
+    await using netB = await startNetwork({
+      servers: [
+        {
+          serverLogin: 'beta',
+          port: betaPort,
+          publicWsUrl: proxy.wsUrl,
+          peers: `alpha=ws://127.0.0.1:${alphaPort}/ws`,
+        },
+      ],
+    });
+    const bob = makeUser('bob', ['beta']);
+    await (await connectUser(netB.servers[0]!.wsUrl, bob)).close();
+    // beta answers alpha's profile question only when the test lets the question through.
+    let asked = 0;
+    proxy.filter = (frame) => (frame?.op === 'GetUserProfile' ? (asked++, 'hold') : 'pass');
+    await using netA = await startNetwork({
+      servers: [
+        {
+          serverLogin: 'alpha',
+          port: alphaPort,
+          peers: `beta=ws://127.0.0.1:${betaPort}/ws`,
+          firstAttemptWaitMs: 300,
+          s2sTimeoutMs: 20_000,
+        },
+      ],
+    });
+    const alpha = netA.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    await using session = await connectUser(alpha.wsUrl, alice);
+    const send = async (text: string) => {
+      const pair = textPair(alice, 'bob', { body: text });
+      const answer = await session.request('SendMessagePair', {
+        incomingBlobB64: pair.incomingBlobB64,
+        outgoingBlobB64: pair.outgoingBlobB64,
+      });
+      return answer.ok ? 'ok' : answer.error.code;
+    };
+    assert.equal(await send('first'), 'USER_NOT_FOUND', 'no profile within the deadline');
+    // The question is on its way (connecting and ServerAuth may outlast the deadline): beta holds it.
+    await waitUntil(() => asked === 1, 10_000, 'beta asked');
+    assert.equal(await alpha.ctx.store.directory.getUser('bob'), null);
+
+    assert.equal(proxy.releaseHeld(), 1);
+    await waitUntil(async () => (await alpha.ctx.store.directory.getUser('bob')) !== null, 10_000, 'bob imported');
+    assert.equal(await send('second'), 'ok', 'the next request finds bob, without waiting out a miss');
+    assert.equal(asked, 1, 'and beta was not asked again');
   });
 });

@@ -71,6 +71,7 @@ export class DeliveryEngine {
   private readonly poolSize: number;
   private readonly queueSize: number;
   private readonly attempts: Counter;
+  private readonly firstAttempts: Counter;
   private readonly callSeconds: Histogram;
   private readonly s2sErrors: Counter;
   private byState: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
@@ -86,6 +87,10 @@ export class DeliveryEngine {
     this.attempts = m.counter(
       'delivery_attempts_total',
       'Worker delivery attempts, by outcome (delivered, retry, failed, extra)',
+    );
+    this.firstAttempts = m.counter(
+      'delivery_first_attempts_total',
+      'First attempts made at acceptance, by outcome (delivered, accepted)',
     );
     this.callSeconds = m.histogram(
       'delivery_call_seconds',
@@ -145,13 +150,16 @@ export class DeliveryEngine {
       return false;
     });
     const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
+      if (!ok) this.firstAttempts.inc({ outcome: 'accepted' });
       if (!ok) {
         await this.releaseFirstLease(outgoingKey, outgoing, errors.join('; ') || 'no route answered');
         return { state: 'accepted', changed: false };
       }
       try {
-        if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now()))
+        if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) {
+          this.firstAttempts.inc({ outcome: 'delivered' });
           return { state: 'delivered', changed: true };
+        }
         // The worker delivered this revision meanwhile, or a newer revision replaced it.
         const row = await this.deps.store.delivery.getDelivery(outgoingKey);
         const same =

@@ -101,7 +101,16 @@ export class Directory {
     opts: { refreshAfterMs?: number; noImport?: boolean; background?: boolean; maxWaitMs?: number } = {},
   ): Promise<DirectoryEntry | null> {
     const known = await this.lookupKnown(login);
-    if (!known) return opts.noImport ? null : this.once(this.importing, login, () => this.importProfile(login));
+    if (!known) {
+      if (opts.noImport) return null;
+      // The caller waits at most the import deadline; the search itself runs on until every server has
+      // answered (or timed out), so a profile that comes late is imported for the next request.
+      const { firstAttemptWaitMs, s2sTimeoutMs } = this.deps.config;
+      return this.within(
+        this.once(this.importing, login, () => this.importProfile(login)),
+        firstAttemptWaitMs || s2sTimeoutMs,
+      );
+    }
     const { refreshAfterMs } = opts;
     const now = this.deps.clock.now();
     if (
@@ -120,15 +129,20 @@ export class Directory {
       // at most maxWaitMs; the refresh goes on in the background either way.
       if (opts.background) return known;
       if (opts.maxWaitMs === undefined) return (await refreshed) ?? known;
-      let timer: TimerHandle | undefined;
-      const late = new Promise<null>(
-        (resolve) => (timer = this.deps.clock.setTimer(opts.maxWaitMs!, () => resolve(null))),
-      );
-      const entry = await Promise.race([refreshed, late]);
-      timer?.cancel();
-      return entry ?? known;
+      return (await this.within(refreshed, opts.maxWaitMs)) ?? known;
     }
     return known;
+  }
+
+  /** What the look-up found within waitMs, or null; the look-up itself goes on. */
+  private async within(lookup: Promise<DirectoryEntry | null>, waitMs: number): Promise<DirectoryEntry | null> {
+    let timer: TimerHandle | undefined;
+    const late = new Promise<null>((resolve) => (timer = this.deps.clock.setTimer(waitMs, () => resolve(null))));
+    try {
+      return await Promise.race([lookup, late]);
+    } finally {
+      timer?.cancel();
+    }
   }
 
   /** Runs fn once per login at a time: concurrent callers share the running call. */
@@ -183,8 +197,9 @@ export class Directory {
   /**
    * Fetches an unknown user's profile from the operator-configured servers, accepting it only from a
    * server in the profile's own accessServers, and pins it (docs/protocol.md §4). The servers are asked all at
-   * once under one deadline, firstAttemptWaitMs (a call timeout when that is 0): a SendMessagePair
-   * to an unknown login answers in that time however many known servers are unreachable.
+   * once; the caller waits at most firstAttemptWaitMs (lookup), so a SendMessagePair to an unknown login
+   * answers in that time however many known servers are unreachable, while the search runs until the
+   * first valid profile or until every server has answered or timed out. Only then is a login missing.
    */
   async importProfile(login: string): Promise<DirectoryEntry | null> {
     const { clock, config, store } = this.deps;
@@ -197,9 +212,7 @@ export class Directory {
       ...(await store.directory.listServers()).map((r) => r.descriptor.serverLogin),
     ]);
     servers.delete(config.serverLogin);
-    // Each call ends by its own timeout anyway; the deadline bounds them all together.
-    const deadlineMs = config.firstAttemptWaitMs || config.s2sTimeoutMs;
-    const found = await this.firstProfile(peers, [...servers], login, deadlineMs);
+    const found = await this.firstProfile(peers, [...servers], login);
     if (!found) {
       remember(this.misses, login, now + MISS_TTL_MS);
       return null;
@@ -212,27 +225,20 @@ export class Directory {
     return this.lookupKnown(login);
   }
 
-  /** The first valid profile any of the servers answers; null once all failed or deadlineMs passed. */
+  /** The first valid profile any of the servers answers; null once all of them failed (each call times out). */
   private firstProfile(
     peers: PeerCaller,
     servers: readonly string[],
     login: string,
-    deadlineMs: number,
   ): Promise<{ server: string; profile: UserProfile } | null> {
     if (servers.length === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
       let pending = servers.length;
-      const timer = this.deps.clock.setTimer(deadlineMs, () => resolve(null));
-      const settle = (found: { server: string; profile: UserProfile } | null) => {
-        timer.cancel();
-        resolve(found);
-      };
       for (const server of servers) {
-        // Never rejects, and each call ends by its own timeout: the ones still running at the deadline
-        // are left to finish unobserved.
+        // Never rejects; the calls still running after the first profile are left to finish unobserved.
         void this.fetchProfile(peers, server, login).then((profile) => {
-          if (profile) settle({ server, profile });
-          else if (--pending === 0) settle(null);
+          if (profile) resolve({ server, profile });
+          else if (--pending === 0) resolve(null);
         });
       }
     });
