@@ -8,6 +8,7 @@ import type { HistoryItem, Identity, UserProfile } from '../../src/client/index.
 import { ShineClient, makeProfile } from '../../src/client/index.js';
 import type { ServerProcess } from './server-process.js';
 import { freePort, startServerProcess } from './server-process.js';
+import { waitUntil } from './wait.js';
 
 export interface FederatedSpec {
   serverLogin: string;
@@ -92,6 +93,32 @@ export async function wholeHistory(client: ShineClient, peer: string): Promise<H
     if (!page.hasMore) return items;
     before = { timeMs: page.nextBeforeTimeMs, messageKey: page.nextBeforeMessageKey };
   }
+}
+
+/**
+ * One warm-up pair from sender to `to`, once the sender's server knows `to` (an import may outlast the
+ * request's deadline on a loaded machine and arrive a moment later), waited for until `delivered`.
+ */
+export async function warmUp(sender: ShineClient, to: string): Promise<void> {
+  await waitUntil(
+    () =>
+      sender.getProfile(to, { refresh: true }).then(
+        () => true,
+        () => false,
+      ),
+    30_000,
+    `${to} known to the sender's server`,
+  );
+  const sent = await sender.sendText(to, 'warm-up');
+  if (sent.deliveryState === 'delivered') return;
+  await waitUntil(
+    async () =>
+      (await wholeHistory(sender, to)).some(
+        (h) => h.messageKey === sent.outgoingKey && h.deliveryState === 'delivered',
+      ),
+    30_000,
+    'warm-up delivered',
+  );
 }
 
 /** GET an admin/debug route of a process with the admin token; throws unless 200. */

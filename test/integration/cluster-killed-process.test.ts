@@ -23,7 +23,7 @@ import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
 import type { Cluster } from '../helpers/cluster.js';
 import { startCluster } from '../helpers/cluster.js';
-import { connectIdentity, metricSum, wholeHistory } from '../helpers/federated-processes.js';
+import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
 import { waitUntil } from '../helpers/wait.js';
@@ -83,7 +83,7 @@ describe('a process of the server killed while its attempts hang at the peer', (
     clients.push(bobClient);
     const sender = await connectIdentity(victim.wsUrl, alice, ['cluster'], 'alice-phone');
     clients.push(sender);
-    assert.equal((await sender.sendText('bob', 'warm-up')).deliveryState, 'delivered');
+    await warmUp(sender, 'bob');
 
     const held = new Map<string, number>();
     const passed = new Map<string, number>();

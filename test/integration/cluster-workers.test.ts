@@ -23,7 +23,7 @@ import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
 import type { Cluster } from '../helpers/cluster.js';
 import { startCluster } from '../helpers/cluster.js';
-import { connectIdentity, metricSum, wholeHistory } from '../helpers/federated-processes.js';
+import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
 import { waitUntil } from '../helpers/wait.js';
@@ -87,8 +87,7 @@ describe('delivery workers of three processes of one server', () => {
       cluster.processes.map((p, i) => connectIdentity(p.wsUrl, alice, ['cluster'], `alice-${i}`)),
     );
     clients.push(...senders);
-    const warm = await senders[0]!.sendText('bob', 'warm-up');
-    assert.equal(warm.deliveryState, 'delivered');
+    await warmUp(senders[0]!, 'bob');
 
     await beta.kill('SIGTERM');
     const bobProfile = await senders[0]!.getProfile('bob');
