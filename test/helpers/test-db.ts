@@ -2,10 +2,19 @@
  * The database a test server runs on. SQLite (a file in the server's data directory) unless
  * SHINE_TEST_DB=postgres, where every call makes a fresh database on the machine's PostgreSQL
  * (SHINE_TEST_PG_URL, default postgres://postgres@127.0.0.1:5432/test, is used to create and drop it).
+ * Tests read and write a server's database only through queryTestDb / queryServerDb, in SQL both
+ * dialects run.
  */
 import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import pg from 'pg';
+import type { RunningServer } from '../../src/server/app.js';
+import type { DbConfig } from '../../src/server/config/config.js';
+import { parseDb } from '../../src/server/config/config.js';
+import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import type { Store } from '../../src/server/store/types.js';
 
 export type TestDbKind = 'sqlite' | 'postgres';
 
@@ -13,24 +22,46 @@ export const testDbKind = (): TestDbKind => (process.env.SHINE_TEST_DB === 'post
 
 const adminUrl = (): string => process.env.SHINE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
+/**
+ * The prefix of every PostgreSQL database this test run makes: scripts/test.mjs sets SHINE_TEST_RUN and
+ * drops whatever is left under it at the end, even after a crash (a database is never left behind).
+ */
+export const testDbPrefix = (): string => `shine_t_${(process.env.SHINE_TEST_RUN ?? 'x').replace(/\W/g, '')}_`;
+
 export interface TestDb {
   /** A SHINE_DB value. */
   readonly url: string;
   readonly kind: TestDbKind;
+  /** Empties the database: a server started on it again finds a new one (a server that lost its data). */
+  reset(): Promise<void>;
   /** Drops the database (PostgreSQL; SQLite files go with their directory). */
   drop(): Promise<void>;
 }
 
 /** A fresh SQLite file under dataDir, or a fresh PostgreSQL database, as kind (default testDbKind()) says. */
 export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind()): Promise<TestDb> {
-  if (kind === 'sqlite') return { url: `sqlite:${join(dataDir, 'shine.sqlite')}`, kind, drop: async () => {} };
-  const name = `shine_t_${randomBytes(6).toString('hex')}`;
+  if (kind === 'sqlite') {
+    const path = join(dataDir, 'shine.sqlite');
+    return {
+      url: `sqlite:${path}`,
+      kind,
+      reset: async () => {
+        for (const suffix of ['', '-wal', '-shm']) await rm(path + suffix, { force: true });
+      },
+      drop: async () => {},
+    };
+  }
+  const name = `${testDbPrefix()}${randomBytes(6).toString('hex')}`;
   await adminQuery(`CREATE DATABASE ${name}`);
   const url = new URL(adminUrl());
   url.pathname = `/${name}`;
   return {
     url: url.toString(),
     kind,
+    reset: async () => {
+      await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await adminQuery(`CREATE DATABASE ${name}`);
+    },
     drop: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
@@ -45,6 +76,66 @@ async function adminQuery(sql: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+/** A row as both dialects give it: integers as numbers (PostgreSQL BIGINT too), blobs as Buffers. */
+export type TestRow = Record<string, unknown>;
+
+// PostgreSQL answers BIGINT (type 20) as text; the tests compare numbers, as SQLite gives them.
+const pgTypes = {
+  getTypeParser: ((oid: number, format?: string) =>
+    oid === 20
+      ? (v: string) => Number(v)
+      : pg.types.getTypeParser(oid, format as never)) as typeof pg.types.getTypeParser,
+};
+
+/**
+ * Runs one statement on the database at url (a SHINE_DB value) and returns its rows (none for a write).
+ * Placeholders are `?`, turned into `$1…` for PostgreSQL; quote aliases ("readAtMs") where case matters,
+ * as PostgreSQL folds unquoted names to lower case.
+ */
+export async function queryTestDb(
+  url: string | DbConfig,
+  sql: string,
+  params: readonly unknown[] = [],
+): Promise<TestRow[]> {
+  const db = parseDb(url);
+  if (db.kind === 'sqlite') {
+    const conn = new Database(db.path);
+    try {
+      // The server may hold the write lock for a group commit; wait for it instead of failing.
+      conn.pragma('busy_timeout = 10000');
+      const stmt = conn.prepare(sql);
+      if (stmt.reader) return stmt.all(...params) as TestRow[];
+      stmt.run(...params);
+      return [];
+    } finally {
+      conn.close();
+    }
+  }
+  const client = new pg.Client({ connectionString: db.url, types: pgTypes });
+  await client.connect();
+  try {
+    let n = 0;
+    const text = sql.replace(/\?/g, () => `$${++n}`);
+    return (await client.query(text, [...params])).rows as TestRow[];
+  } finally {
+    await client.end();
+  }
+}
+
+/** queryTestDb on the database of an in-process server (running or stopped). */
+export const queryServerDb = (
+  server: RunningServer,
+  sql: string,
+  params: readonly unknown[] = [],
+): Promise<TestRow[]> => queryTestDb(server.config.db, sql, params);
+
+/** A store of the test's own on the database at url (a SHINE_DB value), as a server process would open it. */
+export function openTestStore(url: string): Store {
+  const db = parseDb(url);
+  if (db.kind === 'sqlite') return openSqliteStore({ path: db.path, sync: 'full' });
+  throw new Error('openTestStore: PostgreSQL needs openStore from src/server/store/open.ts');
 }
 
 /** A Redis key prefix no other test uses. */

@@ -3,14 +3,14 @@
  * compare-and-set on row_version).
  *
  * Setup, all real: three `shine serve` processes. A1 and A2 are the same logical server `alpha` (same
- * SHINE_SERVER_KEY_SEED_B64, same SHINE_PUBLIC_WS_URL) on two ports, sharing one SQLite file through
- * SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
- * server, the real recipient. Before the servers start, the test process migrates the shared file (so
+ * SHINE_SERVER_KEY_SEED_B64, same SHINE_PUBLIC_WS_URL) on two ports, sharing one database (freshTestDb:
+ * a SQLite file, or PostgreSQL under SHINE_TEST_DB=postgres) through SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
+ * server, the real recipient. Before the servers start, the test process migrates the shared database (so
  * they do not race on migrations) and stores bob's profile in it as imported, as A would after a
  * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through A1 (B then
  * imports alice's profile).
  *
- * Then, while both workers poll, the test opens a third connection to the file and stores ROWS pairs
+ * Then, while both workers poll, the test opens a third connection to the database and stores ROWS pairs
  * with the store's own storePair in one burst, each with a delivery row `accepted`, attempt 0, due now
  * (the shape replication gives a pair nobody has tried yet, docs/protocol.md §6.8). Both workers see the same due
  * rows within a tick and race for them.
@@ -36,18 +36,20 @@ import { after, before, describe, it } from 'node:test';
 import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
 import { toBase64 } from '../../src/protocol/bytes.js';
-import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
-import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import type { Store } from '../../src/server/store/types.js';
 import { connectIdentity, metricSum, profileOf } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
+import type { TestDb } from '../helpers/test-db.js';
+import { freshTestDb, openTestStore } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const ROWS = 1000;
 
-describe('two workers sharing one SQLite database', () => {
+describe('two workers sharing one database', () => {
   let sharedDir: string;
-  let store: SqliteStore;
+  let db: TestDb;
+  let store: Store;
   const servers: ServerProcess[] = [];
   const clients: ShineClient[] = [];
   const alice = createIdentity('alice');
@@ -55,8 +57,8 @@ describe('two workers sharing one SQLite database', () => {
 
   before(async () => {
     sharedDir = await mkdtemp(join(tmpdir(), 'shine-shared-'));
-    const dbPath = join(sharedDir, 'shine.sqlite');
-    store = openSqliteStore({ path: dbPath, sync: 'full' });
+    db = await freshTestDb(sharedDir);
+    store = openTestStore(db.url);
     await store.migrate();
     await store.directory.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
     const [pA1, pA2, pB] = await Promise.all([freePort(), freePort(), freePort()]);
@@ -66,7 +68,8 @@ describe('two workers sharing one SQLite database', () => {
       SHINE_SERVER_LOGIN: 'alpha',
       SHINE_SERVER_KEY_SEED_B64: toBase64(randomBytes(32)),
       SHINE_PUBLIC_WS_URL: `ws://127.0.0.1:${pA1}/ws`,
-      SHINE_DB: `sqlite:${dbPath}`,
+      SHINE_DB: db.url,
+      SHINE_DB_POOL_SIZE: '3',
       SHINE_PEERS: `beta=ws://127.0.0.1:${pB}/ws`,
       SHINE_WORKER_TICK_MS: '50',
       SHINE_S2S_TIMEOUT_MS: '500',
@@ -89,6 +92,7 @@ describe('two workers sharing one SQLite database', () => {
     await Promise.all(clients.map((c) => c.close()));
     await Promise.all(servers.map((s) => s.close()));
     await store?.close();
+    await db?.drop();
     if (sharedDir) await rm(sharedDir, { recursive: true, force: true });
   });
 
