@@ -3,7 +3,6 @@
  * every service. Everything else receives what it needs.
  */
 import { mkdir } from 'node:fs/promises';
-import { dirname } from 'node:path';
 import { registerAuthOps } from './api/auth.js';
 import { registerDirectoryOps } from './api/directory.js';
 import { registerDmOps } from './api/dm.js';
@@ -22,8 +21,7 @@ import type { Logger } from './log.js';
 import { createLogger } from './log.js';
 import { Metrics } from './metrics.js';
 import { SessionHub } from './sessions.js';
-import type { SqliteStore } from './store/sqlite/store.js';
-import { openSqliteStore } from './store/sqlite/store.js';
+import { openStore } from './store/open.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
 import { registerFederationOps } from './api/federation.js';
@@ -238,14 +236,6 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     await shutdown();
     throw err;
   }
-}
-
-async function openStore(config: Config): Promise<SqliteStore> {
-  if (config.db.kind === 'postgres') {
-    throw new Error('PostgreSQL (SHINE_DB=postgres://…) is not supported yet; use sqlite:PATH');
-  }
-  await mkdir(dirname(config.db.path), { recursive: true });
-  return openSqliteStore({ path: config.db.path, sync: config.sqliteSync });
 }
 
 /** A host this machine can connect to: wildcard addresses become loopback, IPv6 gets brackets. */

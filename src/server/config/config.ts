@@ -31,6 +31,8 @@ export interface Config {
   publicWsUrl: string;
   dataDir: string;
   db: DbConfig;
+  /** PostgreSQL connections in this process's pool (docs/protocol.md §9.2). */
+  dbPoolSize: number;
   serverKeySeedB64?: string | undefined;
   directoryFile?: string | undefined;
   peers: PeerConfig[];
@@ -94,6 +96,7 @@ export interface ConfigInput {
   dataDir?: string | undefined;
   /** `sqlite:PATH`, `postgres://…`, or the parsed form. */
   db?: string | DbConfig | undefined;
+  dbPoolSize?: number | string | undefined;
   serverKeySeedB64?: string | undefined;
   directoryFile?: string | undefined;
   /** `login=wsUrl,…` or the parsed form. */
@@ -138,6 +141,7 @@ export const CONFIG_DEFAULTS = {
   port: 8080,
   serverLogin: 'local',
   dataDir: './data',
+  dbPoolSize: 10,
   s2sAuth: 'required',
   retryScheduleMs: [0, 30_000, 300_000, 1_500_000, 3_600_000],
   peerCheckAttempts: [3, 4, 5],
@@ -172,6 +176,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'publicWsUrl',
   'dataDir',
   'db',
+  'dbPoolSize',
   'serverKeySeedB64',
   'directoryFile',
   'peers',
@@ -257,6 +262,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     publicWsUrl,
     dataDir,
     db: parseDb(input.db ?? { kind: 'sqlite', path: join(dataDir, 'shine.sqlite') }),
+    dbPoolSize: int('dbPoolSize', input.dbPoolSize ?? d.dbPoolSize, 1),
     serverKeySeedB64: seed(input.serverKeySeedB64),
     directoryFile: optionalNonEmpty('directoryFile', input.directoryFile),
     peers: parsePeers(input.peers ?? []),

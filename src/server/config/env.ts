@@ -14,6 +14,7 @@ export const ENV_VARS = {
   SHINE_PUBLIC_WS_URL: 'publicWsUrl',
   SHINE_DATA_DIR: 'dataDir',
   SHINE_DB: 'db',
+  SHINE_DB_POOL_SIZE: 'dbPoolSize',
   SHINE_SERVER_KEY_SEED_B64: 'serverKeySeedB64',
   SHINE_DIRECTORY_FILE: 'directoryFile',
   SHINE_PEERS: 'peers',

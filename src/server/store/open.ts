@@ -1,0 +1,13 @@
+/** Opens the store the config names: SQLite (a file) or PostgreSQL (a pool). The only place that picks a dialect. */
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { Config } from '../config/config.js';
+import { openPostgresStore } from './postgres/store.js';
+import { openSqliteStore } from './sqlite/store.js';
+import type { Store } from './types.js';
+
+export async function openStore(config: Pick<Config, 'db' | 'dbPoolSize' | 'sqliteSync'>): Promise<Store> {
+  if (config.db.kind === 'postgres') return openPostgresStore({ url: config.db.url, poolSize: config.dbPoolSize });
+  await mkdir(dirname(config.db.path), { recursive: true });
+  return openSqliteStore({ path: config.db.path, sync: config.sqliteSync });
+}

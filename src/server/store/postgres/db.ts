@@ -1,0 +1,195 @@
+/**
+ * A pg.Pool with a bounded line of waiting callers, transactions retried on serialization failures and
+ * deadlocks, and the database's own failures mapped to the protocol's codes (docs/protocol.md §9.2 and
+ * decision 26).
+ */
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { ShineError } from '../../../protocol/errors.js';
+
+export interface PgDbOptions {
+  url: string;
+  /** Connections in the pool. */
+  poolSize: number;
+  /** Callers waiting for a connection before new ones are refused with 503 OVERLOADED. */
+  maxWaiting?: number;
+  /** Attempts of a transaction that fails with 40001 / 40P01. */
+  maxAttempts?: number;
+}
+
+/** What a query runs on: a pooled client inside a transaction, or the pool itself. */
+export interface Queryable {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+}
+
+/** BIGINT (milliseconds, counts) as JS numbers, for this pool only: every value we store fits in 2^53. */
+const TYPES: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8
+      ? (v: string) => Number(v)
+      : pg.types.getTypeParser(oid, format ?? 'text')) as pg.CustomTypesConfig['getTypeParser'],
+};
+
+const RETRYABLE = new Set(['40001', '40P01']);
+
+/** SQLSTATE classes and socket errors that mean "the database cannot serve now", not "this query is wrong". */
+function isUnavailable(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return err instanceof Error && /Connection terminated|timeout/i.test(err.message);
+  return (
+    code.startsWith('08') || // connection exception
+    code === '53300' || // too_many_connections
+    code === '57P01' || // admin_shutdown
+    code === '57P02' || // crash_shutdown
+    code === '57P03' || // cannot_connect_now
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(code)
+  );
+}
+
+function mapError(err: unknown): unknown {
+  if (err instanceof ShineError) return err;
+  if (isUnavailable(err)) return new ShineError('OVERLOADED', 'database unavailable', { cause: err });
+  return err;
+}
+
+interface Waiter {
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+export class PgDb implements Queryable {
+  readonly pool: pg.Pool;
+  private readonly size: number;
+  private readonly maxWaiting: number;
+  private readonly maxAttempts: number;
+  private active = 0;
+  private readonly waiting: Waiter[] = [];
+  private closed = false;
+  private idle: (() => void) | null = null;
+  /** Transactions committed and retried, for metrics and benchmarks. */
+  readonly stats = { commits: 0, retries: 0 };
+
+  constructor(private readonly opts: PgDbOptions) {
+    this.size = opts.poolSize;
+    this.maxWaiting = opts.maxWaiting ?? Math.max(1_000, opts.poolSize * 200);
+    this.maxAttempts = opts.maxAttempts ?? 5;
+    // The pool never has a caller waiting inside it: the slots below hand out at most `size` connections.
+    this.pool = new pg.Pool({ connectionString: opts.url, max: opts.poolSize, types: TYPES });
+    // An idle client losing its connection must not crash the process; the next checkout reconnects.
+    this.pool.on('error', () => {});
+  }
+
+  /** Callers waiting for a connection now. */
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  /** A fresh client outside the pool (session-level advisory locks that must outlive one checkout). */
+  async dedicatedClient(): Promise<pg.Client> {
+    if (this.closed) throw new ShineError('INTERNAL', 'database closed');
+    const client = new pg.Client({ connectionString: this.opts.url, types: TYPES });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+    } catch (err) {
+      throw mapError(err);
+    }
+    return client;
+  }
+
+  private async acquireSlot(): Promise<void> {
+    if (this.closed) throw new ShineError('INTERNAL', 'database closed');
+    if (this.active < this.size) {
+      this.active++;
+      return;
+    }
+    if (this.waiting.length >= this.maxWaiting) throw new ShineError('OVERLOADED', 'database pool busy');
+    // The releasing caller hands its slot over (active stays the same).
+    await new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
+  }
+
+  private releaseSlot(): void {
+    const next = this.waiting.shift();
+    if (next) return next.resolve();
+    this.active--;
+    if (this.active === 0) this.idle?.();
+  }
+
+  /** Runs fn with a pooled client (no transaction unless fn begins one). */
+  async withClient<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    await this.acquireSlot();
+    try {
+      let client: pg.PoolClient;
+      try {
+        client = await this.pool.connect();
+      } catch (err) {
+        throw mapError(err);
+      }
+      let broken: Error | undefined;
+      try {
+        return await fn(client);
+      } catch (err) {
+        if (isUnavailable(err)) broken = err as Error;
+        throw mapError(err);
+      } finally {
+        // A client whose connection failed is destroyed rather than handed to the next caller.
+        client.release(broken);
+      }
+    } finally {
+      this.releaseSlot();
+    }
+  }
+
+  /** One statement outside a transaction (a read, or a write that is atomic on its own). */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.withClient((c) => c.query<R>(text, values));
+  }
+
+  /**
+   * Runs fn in a READ COMMITTED transaction and resolves after COMMIT (synchronous_commit on: durable).
+   * A serialization failure or deadlock rolls back and runs fn again, so fn must be safe to repeat.
+   * `begin` may add statements run with BEGIN in the same round trip (they take no parameters).
+   */
+  async tx<T>(fn: (client: pg.PoolClient) => Promise<T>, begin = ''): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.withClient(async (client) => {
+          await client.query(`BEGIN;${begin}`);
+          try {
+            const value = await fn(client);
+            await client.query('COMMIT');
+            this.stats.commits++;
+            return value;
+          } catch (err) {
+            await client.query('ROLLBACK').catch(() => {});
+            throw err;
+          }
+        });
+      } catch (err) {
+        const code = (err as { code?: unknown }).code;
+        if (typeof code === 'string' && RETRYABLE.has(code) && attempt < this.maxAttempts) {
+          this.stats.retries++;
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+
+  /** Refuses new callers, fails the waiting ones, waits for the running ones, then closes the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const w of this.waiting.splice(0)) w.reject(new ShineError('INTERNAL', 'database closed'));
+    if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    await this.pool.end();
+  }
+}
+
+/**
+ * The advisory lock key of a name (the first 8 bytes of its SHA-256, signed): the same in every process,
+ * and a plain number, so it can go into SQL text without parameters.
+ */
+export function lockKey(name: string): string {
+  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
+}

@@ -1,0 +1,99 @@
+/** Delivery rows on PostgreSQL (dm_delivery_state). Every write is a conditional update (types.ts). */
+import type { DeliveryState } from '../../../protocol/ops.js';
+import type { DeliveryDbRow } from '../rows.js';
+import { toDeliveryRow } from '../rows.js';
+import type { DeliveryRow, DeliveryStore, DeliveryUpdate } from '../types.js';
+import type { PgDb } from './db.js';
+
+export class PgDeliveryStore implements DeliveryStore {
+  constructor(private readonly db: PgDb) {}
+
+  async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
+    const r = await this.db.query<DeliveryDbRow>('SELECT * FROM dm_delivery_state WHERE outgoing_key = $1', [
+      outgoingKey,
+    ]);
+    const row = r.rows[0];
+    return row ? toDeliveryRow(row) : null;
+  }
+
+  async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {
+    // The partial index dm_delivery_state_due serves this (state = 'accepted', by next_attempt_at_ms).
+    const r = await this.db.query<DeliveryDbRow>(
+      `SELECT * FROM dm_delivery_state
+       WHERE state = 'accepted' AND next_attempt_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1)
+       ORDER BY next_attempt_at_ms LIMIT $2`,
+      [nowMs, limit],
+    );
+    return r.rows.map(toDeliveryRow);
+  }
+
+  async claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null> {
+    const r = await this.db.query<DeliveryDbRow>(
+      `UPDATE dm_delivery_state SET lease_until_ms = $1, row_version = row_version + 1
+       WHERE outgoing_key = $2 AND row_version = $3 AND state = 'accepted' RETURNING *`,
+      [leaseUntilMs, outgoingKey, rowVersion],
+    );
+    const row = r.rows[0];
+    return row ? toDeliveryRow(row) : null;
+  }
+
+  async finishDelivery(outgoingKey: string, rowVersion: number, u: DeliveryUpdate, nowMs: number): Promise<boolean> {
+    const r = await this.db.query(
+      `UPDATE dm_delivery_state SET state = $1, attempt = $2, next_attempt_at_ms = $3, last_error = $4,
+         lease_until_ms = NULL, row_version = row_version + 1, updated_at_ms = $5
+       WHERE outgoing_key = $6 AND row_version = $7`,
+      [u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion],
+    );
+    return r.rowCount === 1;
+  }
+
+  async markDelivered(
+    outgoingKey: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    nowMs: number,
+  ): Promise<boolean> {
+    const r = await this.db.query(
+      `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
+         row_version = row_version + 1, updated_at_ms = $1
+       WHERE outgoing_key = $2 AND state = 'accepted' AND revision_time_ms = $3 AND reencrypted_at_ms = $4`,
+      [nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs],
+    );
+    return r.rowCount === 1;
+  }
+
+  async wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number> {
+    const r = await this.db.query(
+      `UPDATE dm_delivery_state SET next_attempt_at_ms = $1, row_version = row_version + 1
+       WHERE state = 'accepted' AND next_attempt_at_ms > $1 AND accepted_at_ms <= $2
+         AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = $3)`,
+      [nowMs, acceptedBeforeMs, serverLogin],
+    );
+    return r.rowCount ?? 0;
+  }
+
+  async countAcceptedFor(serverLogin: string): Promise<number> {
+    const r = await this.db.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM dm_delivery_state WHERE state = 'accepted'
+         AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = $1)`,
+      [serverLogin],
+    );
+    return r.rows[0]?.n ?? 0;
+  }
+
+  async countDeliveriesByState(): Promise<Record<DeliveryState, number>> {
+    const r = await this.db.query<{ state: DeliveryState; n: number }>(
+      'SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state',
+    );
+    const out: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
+    for (const row of r.rows) out[row.state] = row.n;
+    return out;
+  }
+
+  async listDeliveries(state: DeliveryState, limit: number): Promise<DeliveryRow[]> {
+    const r = await this.db.query<DeliveryDbRow>(
+      'SELECT * FROM dm_delivery_state WHERE state = $1 ORDER BY accepted_at_ms DESC LIMIT $2',
+      [state, limit],
+    );
+    return r.rows.map(toDeliveryRow);
+  }
+}
