@@ -14,7 +14,7 @@ import type { Logger } from '../../src/server/log.js';
 import { createServer } from 'node:net';
 import { freePort } from './server-process.js';
 import type { TestDb } from './test-db.js';
-import { freshTestDb } from './test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
 export interface NetworkServerSpec extends ConfigInput {
   /** Overrides the network's clock for this server. */
@@ -101,6 +101,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
         port: ports[i] ?? 0,
         dataDir,
         db: db.url,
+        dbPoolSize: TEST_DB_POOL_SIZE,
         logLevel: process.env.SHINE_TEST_LOG_LEVEL ?? 'silent',
         ...(peers ? { peers } : {}),
         ...rest,

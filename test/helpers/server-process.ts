@@ -6,7 +6,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestDb } from './test-db.js';
-import { freshTestDb } from './test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
 export interface ServerProcess {
   readonly pid: number;
@@ -59,8 +59,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
       throw err;
     }
   }
-  // A small pool: many servers of many test files share the machine's PostgreSQL connection limit.
-  const dbEnv: Record<string, string> = db ? { SHINE_DB: db.url, SHINE_DB_POOL_SIZE: '3' } : {};
+  const dbEnv: Record<string, string> = db ? { SHINE_DB: db.url, SHINE_DB_POOL_SIZE: String(TEST_DB_POOL_SIZE) } : {};
   const dbUrl = db?.url ?? opts.env!.SHINE_DB!;
   const httpUrl = `http://127.0.0.1:${port}`;
   let child: ChildProcess;

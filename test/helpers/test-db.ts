@@ -13,8 +13,11 @@ import pg from 'pg';
 import type { RunningServer } from '../../src/server/app.js';
 import type { DbConfig } from '../../src/server/config/config.js';
 import { parseDb } from '../../src/server/config/config.js';
-import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import { openStore } from '../../src/server/store/open.js';
 import type { Store } from '../../src/server/store/types.js';
+
+/** Connections per test store: many servers of many test files share one PostgreSQL's connection limit. */
+export const TEST_DB_POOL_SIZE = 3;
 
 export type TestDbKind = 'sqlite' | 'postgres';
 
@@ -92,7 +95,7 @@ const pgTypes = {
 /**
  * Runs one statement on the database at url (a SHINE_DB value) and returns its rows (none for a write).
  * Placeholders are `?`, turned into `$1…` for PostgreSQL; quote aliases ("readAtMs") where case matters,
- * as PostgreSQL folds unquoted names to lower case.
+ * as PostgreSQL folds unquoted names to lower case; pass flags as boolean parameters (SQLite gets 0/1).
  */
 export async function queryTestDb(
   url: string | DbConfig,
@@ -106,8 +109,10 @@ export async function queryTestDb(
       // The server may hold the write lock for a group commit; wait for it instead of failing.
       conn.pragma('busy_timeout = 10000');
       const stmt = conn.prepare(sql);
-      if (stmt.reader) return stmt.all(...params) as TestRow[];
-      stmt.run(...params);
+      // SQLite keeps booleans as 0/1 (PostgreSQL columns such as `synced` are BOOLEAN).
+      const values = params.map((p) => (typeof p === 'boolean' ? Number(p) : p));
+      if (stmt.reader) return stmt.all(...values) as TestRow[];
+      stmt.run(...values);
       return [];
     } finally {
       conn.close();
@@ -132,11 +137,8 @@ export const queryServerDb = (
 ): Promise<TestRow[]> => queryTestDb(server.config.db, sql, params);
 
 /** A store of the test's own on the database at url (a SHINE_DB value), as a server process would open it. */
-export function openTestStore(url: string): Store {
-  const db = parseDb(url);
-  if (db.kind === 'sqlite') return openSqliteStore({ path: db.path, sync: 'full' });
-  throw new Error('openTestStore: PostgreSQL needs openStore from src/server/store/open.ts');
-}
+export const openTestStore = (url: string): Promise<Store> =>
+  openStore({ db: parseDb(url), sqliteSync: 'full', dbPoolSize: TEST_DB_POOL_SIZE });
 
 /** A Redis key prefix no other test uses. */
 export const freshRedisPrefix = (): string => `shine-test-${randomBytes(6).toString('hex')}:`;

@@ -22,7 +22,7 @@ import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { connectRaw } from '../helpers/raw-client.js';
-import { freshTestDb } from '../helpers/test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from '../helpers/test-db.js';
 import type { TestUser } from '../helpers/users.js';
 import { assertSessionWorks, connectUser, login, makeUser, profileFor } from '../helpers/users.js';
 
@@ -354,6 +354,7 @@ describe('directory: static file validation', () => {
         port: 0,
         dataDir: dir,
         db: db.url,
+        dbPoolSize: TEST_DB_POOL_SIZE,
         directoryFile,
         logLevel: 'silent',
       });

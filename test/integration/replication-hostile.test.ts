@@ -50,8 +50,8 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     const plant = (primaryKey: string, blobs: Uint8Array[], storedAtMs: number) =>
       queryServerDb(
         a1,
-        'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, 0)',
-        ['alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, Buffer.from(packBlobs(blobs))],
+        'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)',
+        ['alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, Buffer.from(packBlobs(blobs)), false],
       );
     await plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
     await plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);

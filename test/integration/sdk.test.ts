@@ -10,7 +10,7 @@ import { ShineClient, createIdentity, makeProfile } from '../../src/client/index
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
-import { freshTestDb } from '../helpers/test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 /** Resolves with the first event of op that matches; subscribe before causing it. */
@@ -202,6 +202,8 @@ describe('CLI smoke test', () => {
         dataDir,
         '--db',
         db.url,
+        '--db-pool-size',
+        String(TEST_DB_POOL_SIZE),
         '--server-login',
         'gamma',
         '--log-level',

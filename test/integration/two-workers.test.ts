@@ -58,7 +58,7 @@ describe('two workers sharing one database', () => {
   before(async () => {
     sharedDir = await mkdtemp(join(tmpdir(), 'shine-shared-'));
     db = await freshTestDb(sharedDir);
-    store = openTestStore(db.url);
+    store = await openTestStore(db.url);
     await store.migrate();
     await store.directory.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
     const [pA1, pA2, pB] = await Promise.all([freePort(), freePort(), freePort()]);
