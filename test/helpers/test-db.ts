@@ -55,7 +55,7 @@ export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind
     };
   }
   const name = `${testDbPrefix()}${randomBytes(6).toString('hex')}`;
-  await adminQuery(`CREATE DATABASE ${name}`);
+  await createDatabase(name);
   const url = new URL(adminUrl());
   url.pathname = `/${name}`;
   return {
@@ -63,12 +63,22 @@ export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind
     kind,
     reset: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await adminQuery(`CREATE DATABASE ${name}`);
+      await createDatabase(name);
     },
     drop: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
+}
+
+/**
+ * A commit returns before its WAL record is flushed: the tests kill SHiNE processes, never PostgreSQL, so
+ * what they check is unchanged, and a flush per commit stalls every test on a shared machine (the SQLite
+ * servers of federation tests likewise run with sqliteSync 'normal').
+ */
+async function createDatabase(name: string): Promise<void> {
+  await adminQuery(`CREATE DATABASE ${name}`);
+  await adminQuery(`ALTER DATABASE ${name} SET synchronous_commit = off`);
 }
 
 async function adminQuery(sql: string): Promise<void> {
