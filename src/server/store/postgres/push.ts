@@ -99,12 +99,15 @@ export class PgPushStore implements PushStore {
   }
 
   async keepMeta(key: string, value: string): Promise<string> {
-    // The insert-or-nothing and the read in one statement; a conflicting insert's row is read back.
+    // The insert-or-nothing and the read in one statement. When another process's insert of the key
+    // commits while this one waits on it, this statement's snapshot misses that row: read it again.
     const r = await this.db.query<{ value: string }>(
       `WITH ins AS (INSERT INTO server_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING value)
        SELECT value FROM ins UNION ALL SELECT value FROM server_meta WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
       [key, value],
     );
-    return r.rows[0]!.value;
+    if (r.rows[0]) return r.rows[0].value;
+    const again = await this.db.query<{ value: string }>('SELECT value FROM server_meta WHERE key = $1', [key]);
+    return again.rows[0]!.value;
   }
 }

@@ -1,0 +1,608 @@
+/**
+ * One contract suite for the Store (src/server/store/types.ts), run on every dialect: what each area
+ * answers, through the interface only. Each dialect's test file passes a factory for fresh, migrated
+ * stores; the suite takes a new store per test so tests never see each other's rows.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { UserProfile } from '../../src/protocol/identity.js';
+import {
+  baseKeyOf,
+  encodeDeleteConversationBody,
+  encodeDeleteMessageBody,
+  encodeReceiptBody,
+  messageKeyOf,
+  syncIdOf,
+} from '../../src/protocol/container.js';
+import type { Store, StorePairInput } from '../../src/server/store/types.js';
+import type { PairSpec } from './containers.js';
+import { testPair } from './containers.js';
+
+export const T0 = 1_774_700_000_000;
+
+/** Makes fresh, migrated stores of one dialect; dispose() closes every store it made and drops their data. */
+export interface StoreFactory {
+  readonly dialect: Store['dialect'];
+  open(): Promise<Store>;
+}
+
+const owners = (...logins: string[]) => ({ owners: new Map(logins.map((l) => [l, false])) });
+const both = owners('alice', 'bob');
+
+/** storePair with the defaults the tests share: both owners local, the row written delivered. */
+export function putPair(store: Store, spec: PairSpec, extra: Partial<StorePairInput> = {}) {
+  const p = testPair(spec);
+  return store.messages.storePair({
+    ...p,
+    nowMs: spec.timeMs,
+    outbox: both,
+    delivery: { state: 'delivered', attempt: 1, acceptedAtMs: spec.timeMs, nextAttemptAtMs: null },
+    ...extra,
+  });
+}
+
+const history = (store: Store, owner: string, peer: string, limit = 100) =>
+  store.messages.getDirectMessages({ owner, peer, beforeTimeMs: 0, beforeMessageKey: '', limit });
+
+/** Every DM outbox row of owner, without acknowledging any. */
+async function outbox(store: Store, owner: string): Promise<{ syncId: string; storedAtMs: number }[]> {
+  const page = await store.replication.dmSyncPage({
+    owner,
+    ackSyncIds: [],
+    afterStoredAtMs: -1,
+    afterKey: '',
+    limit: 10_000,
+    maxBytes: 1 << 30,
+  });
+  return page.items.map((i) => ({ syncId: i.syncId, storedAtMs: i.storedAtMs }));
+}
+
+function profile(login: string, accessServers: string[], version = 1): UserProfile {
+  return {
+    login,
+    signKeyB64: `sign-${login}`,
+    encKeyB64: `enc-${login}`,
+    accessServers,
+    version,
+    updatedAtMs: T0 + version,
+    signatureB64: 'sig',
+  };
+}
+
+export function storeContract(factory: StoreFactory): void {
+  const fresh = () => factory.open();
+
+  describe(`Store contract (${factory.dialect})`, () => {
+    it('migrate twice is idempotent and keeps the data', async () => {
+      const store = await fresh();
+      await store.meta.setMeta('k', 'v');
+      await store.migrate();
+      await store.migrate();
+      assert.equal(await store.meta.getMeta('k'), 'v');
+      assert.equal(await store.meta.getMeta('missing'), null);
+      await store.meta.setMeta('k', 'w');
+      assert.equal(await store.meta.getMeta('k'), 'w');
+      await store.ping();
+      assert.equal(store.dialect, factory.dialect);
+    });
+
+    it('stores a pair once; the same revision again changes nothing; an older one neither', async () => {
+      const store = await fresh();
+      const r1 = await putPair(store, { from: 'alice', to: 'bob', timeMs: T0, nonce: 1, revisionTimeMs: 10 });
+      assert.deepEqual(
+        [r1.outgoing.outcome, r1.incoming.outcome, r1.deliveryState, r1.outgoing.storedAtMs],
+        ['inserted', 'inserted', 'delivered', T0],
+      );
+      const r2 = await putPair(store, { from: 'alice', to: 'bob', timeMs: T0, nonce: 1, revisionTimeMs: 10 });
+      assert.equal(r2.outgoing.outcome, 'unchanged');
+      assert.equal(r2.outgoing.storedAtMs, T0);
+      const r3 = await putPair(store, {
+        from: 'alice',
+        to: 'bob',
+        timeMs: T0,
+        nonce: 1,
+        revisionTimeMs: 5,
+        body: new Uint8Array([9]),
+      });
+      assert.equal(r3.outgoing.outcome, 'unchanged');
+      const copy = await store.messages.getCopy(`alice|bob|${T0}|1|2`);
+      assert.equal(copy?.revisionTimeMs, 10);
+      assert.deepEqual([copy?.fromLogin, copy?.toLogin, copy?.messageType], ['alice', 'bob', 2]);
+      assert.deepEqual(
+        copy?.blob,
+        testPair({ from: 'alice', to: 'bob', timeMs: T0, nonce: 1, revisionTimeMs: 10 }).outgoing.bytes,
+      );
+      assert.equal(await store.messages.getCopy('nobody|x|1|1|1'), null);
+    });
+
+    it('an edit replaces the copy and restarts the delivery row of the new revision', async () => {
+      const store = await fresh();
+      const p = { from: 'alice', to: 'bob', timeMs: T0 + 1, nonce: 2 } as const;
+      const accepted = (at: number) => ({
+        state: 'accepted' as const,
+        attempt: 1,
+        acceptedAtMs: at,
+        nextAttemptAtMs: at,
+      });
+      await putPair(store, p, { delivery: accepted(T0 + 1) });
+      const key = messageKeyOf(testPair(p).outgoing);
+      const first = await store.delivery.getDelivery(key);
+      assert.equal(first?.rowVersion, 1);
+      const edit = await putPair(
+        store,
+        { ...p, revisionTimeMs: T0 + 100, body: new TextEncoder().encode('edited') },
+        { delivery: { ...accepted(T0 + 100), nextAttemptAtMs: T0 + 130 } },
+      );
+      assert.equal(edit.outgoing.outcome, 'updated');
+      assert.equal(edit.deliveryState, 'accepted');
+      const row = await store.delivery.getDelivery(key);
+      assert.deepEqual(
+        [row?.revisionTimeMs, row?.nextAttemptAtMs, row?.rowVersion, row?.baseKey, row?.recipientLogin],
+        [T0 + 100, T0 + 130, 2, baseKeyOf(testPair(p).outgoing), 'bob'],
+      );
+      const h = await history(store, 'bob', 'alice', 10);
+      const item = h.items.find((i) => i.timeMs === T0 + 1)!;
+      assert.equal(item.revisionTimeMs, T0 + 100);
+      assert.equal(item.deliveryState, null);
+      const mine = (await history(store, 'alice', 'bob', 10)).items[0]!;
+      assert.equal(mine.deliveryState, 'accepted');
+    });
+
+    it('a receipt sets readAt on both sides, even when it arrives before the message', async () => {
+      const store = await fresh();
+      const msg = { from: 'bob', to: 'alice', timeMs: T0 + 50, nonce: 77 } as const;
+      const receipt = encodeReceiptBody({ readAtMs: T0 + 60, targetTimeMs: msg.timeMs, targetNonce: msg.nonce });
+      await putPair(store, { type: 3, from: 'alice', to: 'bob', timeMs: T0 + 60, nonce: 5, body: receipt });
+      await putPair(store, msg);
+      const bobSide = await history(store, 'bob', 'alice');
+      assert.equal(bobSide.items.find((i) => i.timeMs === msg.timeMs)?.readAtMs, T0 + 60);
+      const aliceSide = await history(store, 'alice', 'bob');
+      assert.equal(aliceSide.items.find((i) => i.timeMs === msg.timeMs)?.readAtMs, T0 + 60);
+      assert.ok(
+        aliceSide.items.every((i) => i.messageType === 1 || i.messageType === 2),
+        'receipts are never items',
+      );
+      // An earlier receipt moves readAt back; a later one leaves it.
+      const earlier = encodeReceiptBody({ readAtMs: T0 + 55, targetTimeMs: msg.timeMs, targetNonce: msg.nonce });
+      await putPair(store, {
+        type: 3,
+        from: 'alice',
+        to: 'bob',
+        timeMs: T0 + 60,
+        nonce: 5,
+        body: earlier,
+        revisionTimeMs: 1,
+      });
+      assert.equal((await history(store, 'bob', 'alice')).items[0]?.readAtMs, T0 + 55);
+    });
+
+    it('a delete removes both copies, their receipts and outbox rows, and wins over a copy that arrives later', async () => {
+      const store = await fresh();
+      const msg = { from: 'alice', to: 'bob', timeMs: T0 + 200, nonce: 9 } as const;
+      const del = encodeDeleteMessageBody({ targetTimeMs: msg.timeMs, targetNonce: msg.nonce, targetSender: 0 });
+      await putPair(store, { type: 5, from: 'alice', to: 'bob', timeMs: T0 + 210, nonce: 10, body: del });
+      const late = await putPair(store, msg);
+      assert.equal(late.outgoing.outcome, 'tombstoned');
+      assert.equal(late.incoming.outcome, 'tombstoned');
+      assert.equal(late.outgoing.storedAtMs, 0);
+      assert.equal(await store.messages.getCopy(messageKeyOf(testPair(msg).outgoing)), null);
+
+      const msg2 = { from: 'alice', to: 'bob', timeMs: T0 + 300, nonce: 11 } as const;
+      await putPair(store, msg2);
+      const rcpt = encodeReceiptBody({ readAtMs: T0 + 305, targetTimeMs: msg2.timeMs, targetNonce: msg2.nonce });
+      await putPair(store, { type: 3, from: 'bob', to: 'alice', timeMs: T0 + 305, nonce: 3, body: rcpt });
+      const base = baseKeyOf(testPair(msg2).incoming);
+      const rowsBefore = (await outbox(store, 'alice')).length;
+      const del2 = encodeDeleteMessageBody({ targetTimeMs: msg2.timeMs, targetNonce: msg2.nonce, targetSender: 1 });
+      await putPair(store, { type: 5, from: 'bob', to: 'alice', timeMs: T0 + 310, nonce: 12, body: del2 });
+      assert.equal(await store.messages.getCopy(`${base}|1`), null);
+      assert.equal(await store.messages.getCopy(`${base}|2`), null);
+      for (const owner of ['alice', 'bob']) {
+        const rows = await outbox(store, owner);
+        assert.ok(
+          rows.every((r) => !r.syncId.startsWith(base)),
+          `${owner}: no outbox row of the deleted message`,
+        );
+      }
+      // alice lost her copy and her received receipt's row, and got the delete's incoming copy's row.
+      assert.equal((await outbox(store, 'alice')).length, rowsBefore - 2 + 1);
+      assert.equal((await history(store, 'alice', 'bob')).items.length, 0);
+    });
+
+    it('pages history newest first across equal times and deletes a conversation before a time', async () => {
+      const store = await fresh();
+      for (let i = 0; i < 30; i++)
+        await putPair(store, { from: 'carol', to: 'dave', timeMs: T0 + 1000 + Math.floor(i / 3), nonce: i });
+      const seen: string[] = [];
+      let cursor = { beforeTimeMs: 0, beforeMessageKey: '' };
+      for (;;) {
+        const page = await store.messages.getDirectMessages({ owner: 'carol', peer: 'dave', ...cursor, limit: 7 });
+        seen.push(...page.items.map((i) => i.messageKey));
+        if (!page.hasMore) break;
+        const last = page.items.at(-1)!;
+        cursor = { beforeTimeMs: last.timeMs, beforeMessageKey: last.messageKey };
+      }
+      assert.equal(seen.length, 30);
+      assert.equal(new Set(seen).size, 30);
+      // Byte order of keys, newest first: nonces 10 and 9 of one millisecond sort "…|10|…" before "…|9|…".
+      const sorted = [...seen].sort((a, b) => {
+        const ta = Number(a.split('|')[2]);
+        const tb = Number(b.split('|')[2]);
+        return tb - ta || (a < b ? 1 : a > b ? -1 : 0);
+      });
+      assert.deepEqual(seen, sorted);
+      const conv = encodeDeleteConversationBody({ deleteBeforeMs: T0 + 1004 });
+      await putPair(store, { type: 7, from: 'dave', to: 'carol', timeMs: T0 + 2000, nonce: 1, body: conv });
+      const rest = await history(store, 'carol', 'dave');
+      assert.equal(rest.items.length, 15);
+      assert.ok(rest.items.every((i) => i.timeMs > T0 + 1004));
+      const again = await putPair(store, { from: 'carol', to: 'dave', timeMs: T0 + 1001, nonce: 99 });
+      assert.equal(again.outgoing.outcome, 'tombstoned');
+      const convs = await store.messages.getConversations('dave', 10);
+      assert.deepEqual(
+        convs.map((c) => [c.peerLogin, c.unreadCount]),
+        [['carol', 15]],
+      );
+    });
+
+    it('names as last message of a conversation the first of its history, among messages of the same timeMs too', async () => {
+      const store = await fresh();
+      for (const nonce of [900, 7, 12345, 50])
+        await putPair(store, { from: 'hank', to: 'gina', timeMs: T0 + 5, nonce });
+      await putPair(store, { from: 'ivan', to: 'gina', timeMs: T0 + 9, nonce: 1 });
+      for (const owner of ['gina', 'hank']) {
+        const [conv] = await store.messages.getConversations(owner, 10);
+        const [newest] = (await history(store, owner, owner === 'gina' ? 'ivan' : 'gina', 1)).items;
+        assert.deepEqual([conv!.lastTimeMs, conv!.lastMessageKey], [newest!.timeMs, newest!.messageKey], owner);
+      }
+      assert.deepEqual(
+        (await store.messages.getConversations('gina', 10)).map((c) => c.peerLogin),
+        ['ivan', 'hank'],
+      );
+      assert.equal((await store.messages.getConversations('gina', 1)).length, 1);
+    });
+
+    it('outbox rows follow copies; sync pages ack only the current revision; markUnsynced', async () => {
+      const store = await fresh();
+      // alice is local (rows not yet synced), bob's copies came from his other server (synced).
+      const policy = {
+        owners: new Map([
+          ['alice', false],
+          ['bob', true],
+        ]),
+      };
+      for (let i = 0; i < 5; i++)
+        await putPair(store, { from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }, { outbox: policy });
+      assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 0, unsynced: 5 });
+      assert.deepEqual(await store.replication.outboxCounts('bob'), { synced: 5, unsynced: 0 });
+      const page = (afterStoredAtMs: number, afterKey: string, ackSyncIds: string[], limit = 2, maxBytes = 1 << 20) =>
+        store.replication.dmSyncPage({ owner: 'alice', ackSyncIds, afterStoredAtMs, afterKey, limit, maxBytes });
+      const p1 = await page(-1, '', []);
+      assert.equal(p1.items.length, 2);
+      assert.ok(p1.hasMore);
+      // The outgoing copy's row carries both blobs.
+      const pair0 = testPair({ from: 'alice', to: 'bob', timeMs: T0, nonce: 0 });
+      assert.deepEqual(p1.items[0]!.blobs, [pair0.incoming.bytes, pair0.outgoing.bytes]);
+      assert.equal(p1.items[0]!.syncId, syncIdOf(messageKeyOf(pair0.outgoing), 0, 0));
+      const last1 = p1.items.at(-1)!;
+      const p2 = await page(
+        last1.storedAtMs,
+        last1.primaryMessageKey,
+        p1.items.map((i) => i.syncId),
+      );
+      assert.equal(p2.items.length, 2);
+      assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 2, unsynced: 3 });
+      // A newer revision of an unacked row moves on; the old syncId no longer acks it.
+      const edited = p2.items[0]!;
+      const t = Number(edited.primaryMessageKey.split('|')[2]);
+      const n = Number(edited.primaryMessageKey.split('|')[3]);
+      await putPair(
+        store,
+        { from: 'alice', to: 'bob', timeMs: t, nonce: n, revisionTimeMs: T0 + 50 },
+        { outbox: policy, nowMs: T0 + 50 },
+      );
+      const last2 = p2.items.at(-1)!;
+      const p3 = await page(
+        last2.storedAtMs,
+        last2.primaryMessageKey,
+        p2.items.map((i) => i.syncId),
+        10,
+      );
+      assert.equal(p3.hasMore, false);
+      assert.ok(p3.items.some((i) => i.syncId === syncIdOf(edited.primaryMessageKey, T0 + 50, 0)));
+      assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 3, unsynced: 2 });
+      // maxBytes: one row larger than the limit still comes alone.
+      const tiny = await page(-1, '', [], 10, 1);
+      assert.equal(tiny.items.length, 1);
+      assert.ok(tiny.hasMore);
+      // Malformed syncIds are ignored.
+      await page(-1, '', ['nonsense', 'a:b:c']);
+      assert.deepEqual(await store.replication.markUnsynced('alice'), { updated: 0, dmUpdated: 3 });
+      assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 0, unsynced: 5 });
+      assert.deepEqual(await store.replication.markUnsynced(null), { updated: 0, dmUpdated: 5 });
+    });
+
+    it('settings: last writer wins by time, ties by value bytes; the settings outbox', async () => {
+      const store = await fresh();
+      const set = (v: number[], at: number, key = 'theme', synced = false) =>
+        store.settings.setSetting({
+          owner: 'alice',
+          key,
+          value: new Uint8Array(v),
+          updatedAtMs: at,
+          nowMs: at,
+          synced,
+        });
+      assert.deepEqual(await set([1], 100), { applied: true, updatedAtMs: 100 });
+      assert.deepEqual(await set([9], 50), { applied: false, updatedAtMs: 100 });
+      assert.deepEqual(await set([0], 100), { applied: false, updatedAtMs: 100 });
+      assert.deepEqual(await set([2], 100), { applied: true, updatedAtMs: 100 });
+      assert.deepEqual(await set([2, 0], 100), { applied: true, updatedAtMs: 100 });
+      assert.deepEqual(
+        (await store.settings.getSettings('alice')).map((s) => [s.key, [...s.value]]),
+        [['theme', [2, 0]]],
+      );
+      await set([7], 150, 'lang', true);
+      const page = await store.replication.settingsSyncPage({
+        owner: 'alice',
+        ackSyncIds: [],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 10,
+        maxBytes: 1 << 20,
+      });
+      assert.deepEqual(
+        page.items.map((i) => [i.key, i.syncId]),
+        [['theme', 'theme:100']],
+      );
+      const acked = await store.replication.settingsSyncPage({
+        owner: 'alice',
+        ackSyncIds: ['theme:99', 'lang:150'],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 10,
+        maxBytes: 1 << 20,
+      });
+      assert.equal(acked.items.length, 1, 'an ack of an older syncId leaves the row unsynced');
+      await store.replication.settingsSyncPage({
+        owner: 'alice',
+        ackSyncIds: ['theme:100'],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 10,
+        maxBytes: 1 << 20,
+      });
+      assert.deepEqual(await store.replication.markUnsynced('alice'), { updated: 2, dmUpdated: 0 });
+      assert.deepEqual(
+        (await store.settings.getSettings('alice', ['lang', 'none'])).map((s) => s.key),
+        ['lang'],
+      );
+      await set([], 200);
+      assert.equal((await store.settings.getSettings('alice', ['theme'])).length, 0, 'an empty value is a removal');
+    });
+
+    it('replays to a known device what it has not acknowledged, again after a newer revision', async () => {
+      const store = await fresh();
+      assert.deepEqual(await store.devices.touchDevice('erin', 'phone', T0), { firstSeenAtMs: T0, isNew: true });
+      assert.deepEqual(await store.devices.touchDevice('erin', 'phone', T0 + 1), { firstSeenAtMs: T0, isNew: false });
+      await putPair(store, { from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1 });
+      await putPair(store, { from: 'frank', to: 'erin', timeMs: T0 + 2, nonce: 2 });
+      await putPair(
+        store,
+        { from: 'erin', to: 'frank', timeMs: T0 + 3, nonce: 3 },
+        { senderDevice: { login: 'erin', deviceId: 'phone' } },
+      );
+      await putPair(store, { from: 'frank', to: 'erin', timeMs: T0 + 4, nonce: 4 }, { silent: true });
+      let pending = await store.devices.pendingForDevice('erin', 'phone', null, 100);
+      assert.deepEqual(
+        pending.map((p) => p.timeMs),
+        [T0 + 1, T0 + 2],
+      );
+      const after = await store.devices.pendingForDevice('erin', 'phone', pending[0]!, 100);
+      assert.deepEqual(
+        after.map((p) => p.timeMs),
+        [T0 + 2],
+      );
+      assert.equal(
+        await store.devices.ackForDevice('erin', 'phone', pending.map((p) => p.messageKey).concat(['nope|x']), T0 + 5),
+        2,
+      );
+      assert.equal((await store.devices.pendingForDevice('erin', 'phone', null, 100)).length, 0);
+      await putPair(store, { from: 'frank', to: 'erin', timeMs: T0 + 1, nonce: 1, revisionTimeMs: T0 + 10 });
+      pending = await store.devices.pendingForDevice('erin', 'phone', null, 100);
+      assert.equal(pending.length, 1);
+      assert.equal(pending[0]!.revisionTimeMs, T0 + 10);
+      assert.equal(await store.devices.ackForDevice('erin', 'phone', [], T0 + 6), 0);
+      assert.equal(await store.devices.forgetDevicesBefore(T0 + 1), 0);
+      assert.equal(await store.devices.forgetDevicesBefore(T0 + 2), 1);
+      assert.equal((await store.devices.touchDevice('erin', 'phone', T0 + 20)).isNew, true);
+    });
+
+    it('delivery rows: due through the index, a stored lease, one winner of two claims, finish, markDelivered', async () => {
+      const store = await fresh();
+      const accepted = (at: number, extra = {}) => ({
+        delivery: { state: 'accepted' as const, attempt: 1, acceptedAtMs: at, nextAttemptAtMs: at, ...extra },
+      });
+      const a = { from: 'alice', to: 'bob', timeMs: T0, nonce: 1 } as const;
+      const b = { from: 'alice', to: 'bob', timeMs: T0 + 1, nonce: 2 } as const;
+      const c = { from: 'alice', to: 'bob', timeMs: T0 + 2, nonce: 3 } as const;
+      await putPair(store, a, accepted(T0));
+      await putPair(store, b, accepted(T0 + 1, { leaseUntilMs: T0 + 1000 }));
+      await putPair(store, c, accepted(T0 + 2, { nextAttemptAtMs: T0 + 500 }));
+      const [ka, kb] = [a, b].map((s) => messageKeyOf(testPair(s).outgoing)) as [string, string];
+      assert.equal((await store.delivery.getDelivery(kb))?.leaseUntilMs, T0 + 1000);
+      assert.deepEqual(
+        (await store.delivery.dueDeliveries(T0 + 10, 10)).map((r) => r.outgoingKey),
+        [ka],
+        'the leased row and the later one are not due',
+      );
+      assert.equal((await store.delivery.dueDeliveries(T0 + 1000, 10)).length, 3);
+      assert.equal((await store.delivery.dueDeliveries(T0 + 1000, 2)).length, 2);
+
+      const row = (await store.delivery.getDelivery(ka))!;
+      const claims = await Promise.all([
+        store.delivery.claimDelivery(ka, row.rowVersion, T0 + 100),
+        store.delivery.claimDelivery(ka, row.rowVersion, T0 + 100),
+      ]);
+      assert.equal(claims.filter((x) => x !== null).length, 1, 'exactly one claim wins');
+      const leased = claims.find((x) => x !== null)!;
+      assert.deepEqual([leased.rowVersion, leased.leaseUntilMs], [row.rowVersion + 1, T0 + 100]);
+      assert.equal((await store.delivery.dueDeliveries(T0 + 50, 10)).length, 0);
+      const update = { state: 'accepted' as const, attempt: 2, nextAttemptAtMs: T0 + 300, lastError: 'beta: timeout' };
+      assert.equal(await store.delivery.finishDelivery(ka, row.rowVersion, update, T0 + 60), false, 'stale version');
+      assert.equal(await store.delivery.finishDelivery(ka, leased.rowVersion, update, T0 + 60), true);
+      const finished = (await store.delivery.getDelivery(ka))!;
+      assert.deepEqual(
+        [finished.attempt, finished.leaseUntilMs, finished.lastError, finished.nextAttemptAtMs],
+        [2, null, 'beta: timeout', T0 + 300],
+      );
+      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 1, reencryptedAtMs: 0 }, T0), false);
+      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), true);
+      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), false);
+      assert.equal(
+        await store.delivery.claimDelivery(ka, finished.rowVersion + 1, T0 + 900),
+        null,
+        'delivered rows are not claimed',
+      );
+      assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 2, delivered: 1, failed: 0 });
+      assert.deepEqual(
+        (await store.delivery.listDeliveries('accepted', 10)).map((r) => r.acceptedAtMs),
+        [T0 + 2, T0 + 1],
+      );
+      assert.equal((await store.delivery.listDeliveries('accepted', 1)).length, 1);
+      // The history shows the sender's copy's delivery state.
+      const states = (await history(store, 'alice', 'bob')).items.map((i) => i.deliveryState);
+      assert.deepEqual(states, ['accepted', 'accepted', 'delivered']);
+    });
+
+    it('wakes accepted rows of a server, counts them, and leaves rows accepted after the cut-off', async () => {
+      const store = await fresh();
+      await store.directory.putUser(profile('bob', ['beta', 'gamma']), 'imported', T0);
+      await store.directory.putUser(profile('carol', ['delta']), 'imported', T0);
+      const accepted = (at: number) => ({
+        delivery: { state: 'accepted' as const, attempt: 1, acceptedAtMs: at, nextAttemptAtMs: at + 10_000 },
+      });
+      await putPair(store, { from: 'alice', to: 'bob', timeMs: T0, nonce: 1 }, accepted(T0));
+      await putPair(store, { from: 'alice', to: 'bob', timeMs: T0 + 5, nonce: 2 }, accepted(T0 + 5));
+      await putPair(store, { from: 'alice', to: 'carol', timeMs: T0, nonce: 3 }, accepted(T0));
+      assert.equal(await store.delivery.countAcceptedFor('gamma'), 2);
+      assert.equal(await store.delivery.countAcceptedFor('delta'), 1);
+      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100, T0 + 1), 1);
+      assert.deepEqual(
+        (await store.delivery.dueDeliveries(T0 + 100, 10)).map((r) => r.recipientLogin),
+        ['bob'],
+      );
+      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100, T0 + 1), 0, 'already due');
+      assert.equal(await store.delivery.countAcceptedFor('nowhere'), 0);
+    });
+
+    it('directory: users with their access servers, servers, shared users', async () => {
+      const store = await fresh();
+      await store.directory.putUser(profile('bob', ['beta', 'gamma']), 'imported', T0);
+      await store.directory.putUser(profile('carol', ['beta']), 'local', T0);
+      await store.directory.putUser(profile('dan', ['gamma', 'delta']), 'static', T0);
+      assert.deepEqual(await store.directory.getUser('bob'), {
+        profile: profile('bob', ['beta', 'gamma']),
+        source: 'imported',
+        fetchedAtMs: T0,
+      });
+      assert.equal(await store.directory.getUser('nobody'), null);
+      assert.deepEqual(await store.directory.peerServersOf('gamma'), ['beta', 'delta']);
+      assert.deepEqual(await store.directory.sharedUsers('beta', 'gamma'), ['bob']);
+      await store.directory.putUser(profile('bob', ['beta'], 2), 'imported', T0 + 1);
+      assert.deepEqual(await store.directory.sharedUsers('beta', 'gamma'), []);
+      assert.equal((await store.directory.getUser('bob'))?.profile.version, 2);
+      const d = (login: string, url: string) => ({
+        serverLogin: login,
+        wsUrl: url,
+        signKeyB64: 'k',
+        signatureB64: 's',
+      });
+      await store.directory.putServer(d('zeta', 'ws://z'), 'peer');
+      await store.directory.putServer(d('beta', 'ws://b'), 'static');
+      await store.directory.putServer(d('zeta', 'ws://z2'), 'peer');
+      assert.deepEqual(await store.directory.getServer('zeta'), { descriptor: d('zeta', 'ws://z2'), source: 'peer' });
+      assert.equal(await store.directory.getServer('none'), null);
+      assert.deepEqual(
+        (await store.directory.listServers()).map((s) => s.descriptor.serverLogin),
+        ['beta', 'zeta'],
+      );
+    });
+
+    it('nonces: a nonce is accepted once until it is older than the window', async () => {
+      const store = await fresh();
+      const results = await Promise.all([
+        store.nonces.rememberS2sNonce('beta', 'n1', T0, T0 - 1000),
+        store.nonces.rememberS2sNonce('beta', 'n1', T0, T0 - 1000),
+      ]);
+      assert.deepEqual(results.sort(), [false, true]);
+      assert.equal(await store.nonces.rememberS2sNonce('gamma', 'n1', T0, T0 - 1000), true, 'per server');
+      assert.equal(await store.nonces.rememberS2sNonce('beta', 'n1', T0 + 10, T0 + 1), true, 'pruned');
+    });
+
+    it('push: upserts keep the newest per owner, results are recorded, keepMeta keeps the first value', async () => {
+      const store = await fresh();
+      const sub = (endpoint: string, owner = 'alice', nowMs = T0) => ({
+        endpoint,
+        ownerLogin: owner,
+        deviceId: 'd1',
+        p256dh: 'p',
+        auth: 'a',
+        nowMs,
+        maxPerOwner: 2,
+      });
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://p/1')), { dropped: 0 });
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://p/2')), { dropped: 0 });
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://p/1', 'alice', T0 + 5)), { dropped: 0 });
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://p/3')), { dropped: 1 });
+      assert.deepEqual(
+        (await store.push.subscriptionsOf('alice')).map((s) => s.endpoint),
+        ['https://p/1', 'https://p/3'],
+      );
+      await store.push.recordPushResult('https://p/1', T0 + 6, '410');
+      await store.push.recordPushResult('https://p/1', T0 + 7, 'timeout');
+      let s = (await store.push.getSubscription('https://p/1'))!;
+      assert.deepEqual(
+        [s.consecutiveFailures, s.lastError, s.lastErrorAtMs, s.updatedAtMs, s.createdAtMs],
+        [2, 'timeout', T0 + 7, T0 + 5, T0],
+      );
+      await store.push.recordPushResult('https://p/1', T0 + 8, null);
+      s = (await store.push.getSubscription('https://p/1'))!;
+      assert.deepEqual([s.consecutiveFailures, s.lastSuccessAtMs], [0, T0 + 8]);
+      await store.push.recordPushResult('https://gone', T0, null);
+      assert.equal(await store.push.deleteSubscription('https://p/1', 'bob'), 0);
+      assert.equal(await store.push.deleteSubscription('https://p/1', 'alice'), 1);
+      assert.equal(await store.push.deleteSubscription('https://p/3', null), 1);
+      assert.equal(await store.push.getSubscription('https://p/3'), null);
+      const kept = await Promise.all([store.push.keepMeta('vapid', 'one'), store.push.keepMeta('vapid', 'two')]);
+      assert.equal(kept[0], kept[1]);
+      assert.equal(await store.meta.getMeta('vapid'), kept[0]);
+    });
+
+    it('processes: heartbeats, live processes, exclusive work', async () => {
+      const store = await fresh();
+      await store.processes.heartbeat({ processId: 'p1', startedAtMs: T0, heartbeatAtMs: T0, redis: true });
+      await store.processes.heartbeat({ processId: 'p2', startedAtMs: T0, heartbeatAtMs: T0, redis: false });
+      await store.processes.heartbeat({ processId: 'p1', startedAtMs: T0 + 99, heartbeatAtMs: T0 + 10, redis: true });
+      assert.deepEqual(await store.processes.liveProcesses(T0 + 5), [
+        { processId: 'p1', startedAtMs: T0, heartbeatAtMs: T0 + 10, redis: true },
+      ]);
+      assert.equal((await store.processes.liveProcesses(T0)).length, 2);
+      await store.processes.removeProcess('p1');
+      assert.deepEqual(
+        (await store.processes.liveProcesses(0)).map((p) => p.processId),
+        ['p2'],
+      );
+      let ran = 0;
+      assert.equal(await store.processes.exclusively('sync', async () => void ran++), true);
+      assert.equal(ran, 1);
+      // The lock is released after fn, also when fn throws.
+      await assert.rejects(
+        store.processes.exclusively('sync', () => Promise.reject(new Error('boom'))),
+        /boom/,
+      );
+      assert.equal(await store.processes.exclusively('sync', async () => void ran++), true);
+      assert.equal(ran, 2);
+    });
+  });
+}

@@ -1,0 +1,235 @@
+/**
+ * The Store contract on PostgreSQL (a fresh database for this file, dropped after; every table emptied
+ * before each test), and what only PostgreSQL has: several pools (processes) on one database.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
+import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
+import type { PostgresStore } from '../../src/server/store/postgres/store.js';
+import { openPostgresStore } from '../../src/server/store/postgres/store.js';
+import type { Store } from '../../src/server/store/types.js';
+import type { PairSpec } from '../helpers/containers.js';
+import { testPair } from '../helpers/containers.js';
+import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import type { TestDb } from '../helpers/test-db.js';
+import { freshTestDb } from '../helpers/test-db.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'shine-pg-contract-'));
+let db: TestDb | undefined;
+const stores: PostgresStore[] = [];
+
+async function database(): Promise<TestDb> {
+  db ??= await freshTestDb(dir, 'postgres');
+  return db;
+}
+
+/** Another process's pool on the same database. */
+async function openPool(poolSize = 4): Promise<PostgresStore> {
+  const store = openPostgresStore({ url: (await database()).url, poolSize });
+  stores.push(store);
+  return store;
+}
+
+after(async () => {
+  await Promise.all(stores.map((s) => s.close()));
+  await db?.drop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+let shared: PostgresStore | undefined;
+
+storeContract({
+  dialect: 'postgres',
+  async open() {
+    if (!shared) {
+      shared = await openPool();
+      await shared.migrate();
+    }
+    const tables = await shared.db.query<{ tablename: string }>(
+      `SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'`,
+    );
+    await shared.db.query(`TRUNCATE ${tables.rows.map((t) => t.tablename).join(', ')}`);
+    return shared;
+  },
+});
+
+describe('PostgreSQL: several processes on one database', () => {
+  let a: PostgresStore;
+  let b: PostgresStore;
+  before(async () => {
+    a = await openPool(3);
+    b = await openPool(3);
+    // Migrations from two pools at once run once.
+    await Promise.all([a.migrate(), b.migrate(), a.migrate()]);
+  });
+
+  it('migrations from several pools at once run once', async () => {
+    const r = await a.db.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version');
+    assert.deepEqual(
+      r.rows.map((row) => row.version),
+      POSTGRES_MIGRATIONS.map((_, i) => i + 1),
+    );
+  });
+
+  it('two pools storing copies of one owner concurrently end as storing them one after another', async () => {
+    // Fresh logins per run of this test: the contract tests empty the tables between their own tests only.
+    const [alice, bob] = ['conc-alice', 'conc-bob'];
+    const specs: PairSpec[] = [];
+    for (let i = 0; i < 12; i++) specs.push({ from: alice, to: bob, timeMs: T0 + i, nonce: i });
+    for (let i = 0; i < 12; i += 3)
+      specs.push({ from: alice, to: bob, timeMs: T0 + i, nonce: i, revisionTimeMs: T0 + 100 + i });
+    for (let i = 1; i < 12; i += 4)
+      specs.push({
+        type: 3,
+        from: bob,
+        to: alice,
+        timeMs: T0 + 200 + i,
+        nonce: 1000 + i,
+        body: encodeReceiptBody({ readAtMs: T0 + 200 + i, targetTimeMs: T0 + i, targetNonce: i }),
+      });
+    const deleted = new Set([2, 7].map((i) => T0 + i));
+    for (const i of [2, 7])
+      specs.push({
+        type: 5,
+        from: alice,
+        to: bob,
+        timeMs: T0 + 300 + i,
+        nonce: 2000 + i,
+        body: encodeDeleteMessageBody({ targetTimeMs: T0 + i, targetNonce: i, targetSender: 0 }),
+      });
+    const input = (spec: PairSpec, s: Store) =>
+      putPair(s, spec, {
+        outbox: {
+          owners: new Map([
+            [alice, false],
+            [bob, false],
+          ]),
+        },
+        nowMs: spec.timeMs,
+        delivery: { state: 'accepted', attempt: 1, acceptedAtMs: spec.timeMs, nextAttemptAtMs: spec.timeMs },
+      });
+    // Concurrently: every pair twice, once through each pool, in shuffled orders.
+    const shuffled = (list: PairSpec[], seed: number) =>
+      list
+        .map((spec, i) => ({ spec, k: (i * 7919 + seed * 104_729) % 101 }))
+        .sort((x, y) => x.k - y.k)
+        .map((x) => x.spec);
+    await Promise.all([
+      ...shuffled(specs, 1).map((spec) => input(spec, a)),
+      ...shuffled(specs, 2).map((spec) => input(spec, b)),
+    ]);
+    const concurrent = await snapshot(a, alice, bob, specs, deleted);
+
+    const seqDb = await freshTestDb(dir, 'postgres');
+    const seq = openPostgresStore({ url: seqDb.url, poolSize: 1 });
+    try {
+      await seq.migrate();
+      for (const spec of specs) await input(spec, seq);
+      assert.deepEqual(concurrent, await snapshot(seq, alice, bob, specs, deleted));
+    } finally {
+      await seq.close();
+      await seqDb.drop();
+    }
+    assert.ok(concurrent.history.length > 0);
+  });
+
+  it('exclusively: while one pool holds the lock, another does not run', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    const first = a.processes.exclusively('cycle', async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    let ran = false;
+    assert.equal(await b.processes.exclusively('cycle', async () => void (ran = true)), false);
+    assert.equal(await b.processes.exclusively('other', async () => void (ran = true)), true);
+    release();
+    assert.equal(await first, true);
+    assert.equal(await b.processes.exclusively('cycle', async () => {}), true);
+    assert.ok(ran);
+  });
+
+  it('refuses callers beyond the waiting bound with 503 OVERLOADED; close fails the waiting ones', async () => {
+    const small = openPostgresStore({ url: (await database()).url, poolSize: 1, maxWaiting: 2 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const holder = small.db.withClient(() => held);
+    const codes = (p: Promise<unknown>) =>
+      p.then(
+        () => 'ok',
+        (err: { code?: string }) => err.code ?? String(err),
+      );
+    const waiting = [1, 2].map(() => codes(small.meta.getMeta('x')));
+    assert.equal(await codes(small.meta.getMeta('x')), 'OVERLOADED');
+    release();
+    assert.deepEqual(await Promise.all(waiting), ['ok', 'ok']);
+    await holder;
+    let release2!: () => void;
+    const held2 = new Promise<void>((resolve) => (release2 = resolve));
+    const holder2 = small.db.withClient(() => held2);
+    const waiter = codes(small.meta.getMeta('x'));
+    const closing = small.close();
+    assert.equal(await waiter, 'INTERNAL');
+    release2();
+    await holder2;
+    await closing;
+    assert.equal(await codes(small.meta.getMeta('x')), 'INTERNAL');
+  });
+
+  it('a database that cannot be reached answers 503 OVERLOADED', async () => {
+    const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 1 });
+    await assert.rejects(gone.ping(), { code: 'OVERLOADED' });
+    await gone.close();
+  });
+});
+
+/** What a user sees of one owner pair, through the Store interface only. */
+async function snapshot(store: Store, alice: string, bob: string, specs: PairSpec[], deleted: Set<number>) {
+  const history = [];
+  for (const [owner, peer] of [
+    [alice, bob],
+    [bob, alice],
+  ] as const) {
+    const page = await store.messages.getDirectMessages({
+      owner,
+      peer,
+      beforeTimeMs: 0,
+      beforeMessageKey: '',
+      limit: 1000,
+    });
+    history.push(...page.items);
+  }
+  const outbox = [];
+  for (const owner of [alice, bob]) {
+    const page = await store.replication.dmSyncPage({
+      owner,
+      ackSyncIds: [],
+      afterStoredAtMs: -1,
+      afterKey: '',
+      limit: 1000,
+      maxBytes: 1 << 30,
+    });
+    outbox.push(...page.items);
+  }
+  const deliveries = [];
+  const copies = [];
+  for (const spec of specs) {
+    const p = testPair(spec);
+    // A row's version counts the revisions it went through, and a deleted message keeps the row it had
+    // if it came before its delete: both depend on arrival order, by the rules, on either dialect.
+    const row = await store.delivery.getDelivery(messageKeyOf(p.outgoing));
+    if (!deleted.has(spec.timeMs)) deliveries.push(row && [row.state, row.revisionTimeMs, row.nextAttemptAtMs]);
+    copies.push(
+      await store.messages.getCopy(messageKeyOf(p.incoming)),
+      await store.messages.getCopy(messageKeyOf(p.outgoing)),
+    );
+  }
+  return { history, outbox, deliveries, copies };
+}
