@@ -35,7 +35,13 @@ const env = { ...process.env, SHINE_TEST_RUN: run };
 const pgFiles =
   process.env.SHINE_TEST_SKIP_PG === '1' || process.env.SHINE_TEST_DB === 'postgres'
     ? []
-    : files.filter((f) => f.startsWith(join('test', 'integration') + '/'));
+    : files.filter(
+        (f) =>
+          f.startsWith(join('test', 'integration') + '/') &&
+          // startCluster picks its database itself (PostgreSQL unless SHINE_CLUSTER_DB=sqlite), whatever
+          // SHINE_TEST_DB says: the cluster tests ran on PostgreSQL in the first pass already.
+          !f.startsWith(join('test', 'integration', 'cluster-')),
+      );
 
 let child = null;
 let interrupted = null;

@@ -81,7 +81,15 @@ describe('two workers sharing one database', () => {
       startServerProcess({ port: pA2!, env: alpha }),
       startServerProcess({
         port: pB!,
-        env: { SHINE_LOG_LEVEL: logLevel, SHINE_SERVER_LOGIN: 'beta', SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws` },
+        env: {
+          SHINE_LOG_LEVEL: logLevel,
+          SHINE_SERVER_LOGIN: 'beta',
+          SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws`,
+          // B takes up to 2 × 32 calls at once, each within A's 500 ms timeout. On PostgreSQL every call
+          // is a transaction of its own (no group commit): with the test pool of 3 a burst outlasts the
+          // timeout, rows run out of quick retries and wait an hour. B is not what this test checks.
+          SHINE_DB_POOL_SIZE: '10',
+        },
       }),
     ]);
     for (const s of started) if (s.status === 'fulfilled') servers.push(s.value);
