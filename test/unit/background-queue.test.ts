@@ -112,3 +112,25 @@ describe('BackgroundQueue', () => {
     await assert.rejects(untilAborted(Promise.reject(new Error('peer down')), controller.signal), /peer down/);
   });
 });
+
+describe('untilAborted', () => {
+  it('rejects at once on an aborted signal, and the abandoned promise failing later goes unnoticed', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown) => unhandled.push(err);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const controller = new AbortController();
+      controller.abort(new Error('stopping'));
+      let fail!: (err: Error) => void;
+      const call = new Promise<never>((_, reject) => (fail = reject));
+      await assert.rejects(untilAborted(call, controller.signal), /stopping/);
+      fail(new Error('pool closed'));
+      // Unhandled rejections are reported after the microtasks of this turn: wait one macrotask.
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+});

@@ -188,6 +188,15 @@ describe('config-file-only settings', () => {
   });
 });
 
+describe('PostgreSQL pool (docs/protocol.md §9.2)', () => {
+  it('SHINE_DB_POOL_SIZE sets the pool size, default 10, at least 1', () => {
+    assert.equal(resolveConfig({}).dbPoolSize, 10);
+    assert.equal(resolveConfig(configInputFromEnv({ SHINE_DB_POOL_SIZE: '25' })).dbPoolSize, 25);
+    assert.throws(() => resolveConfig(configInputFromEnv({ SHINE_DB_POOL_SIZE: '0' })), /dbPoolSize/);
+    assert.throws(() => resolveConfig({ dbPoolSize: 'ten' }), /dbPoolSize/);
+  });
+});
+
 describe('WebPush settings (docs/protocol.md §5.5)', () => {
   const keys = webpush.generateVAPIDKeys();
 

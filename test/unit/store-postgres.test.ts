@@ -75,6 +75,20 @@ describe('PostgreSQL: several processes on one database', () => {
     );
   });
 
+  it('keys sort by bytes whatever the database collation: key columns are COLLATE "C"', async () => {
+    const r = await a.db.query<{ column: string; collation: string | null }>(
+      `SELECT table_name || '.' || column_name AS column, collation_name AS collation FROM information_schema.columns
+       WHERE table_schema = 'public' AND data_type = 'text' AND (column_name LIKE '%login' OR column_name LIKE '%key'
+         OR column_name IN ('sync_id', 'device_id', 'endpoint', 'target', 'nonce', 'process_id', 'origin_device'))
+         AND column_name NOT IN ('sign_key', 'enc_key')`,
+    );
+    assert.ok(r.rows.length >= 25, `${r.rows.length} key columns`);
+    assert.deepEqual(
+      r.rows.filter((row) => row.collation !== 'C'),
+      [],
+    );
+  });
+
   it('two pools storing copies of one owner concurrently end as storing them one after another', async () => {
     // Fresh logins per run of this test: the contract tests empty the tables between their own tests only.
     const [alice, bob] = ['conc-alice', 'conc-bob'];

@@ -11,7 +11,7 @@ export interface PgDbOptions {
   url: string;
   /** Connections in the pool. */
   poolSize: number;
-  /** Callers waiting for a connection before new ones are refused with 503 OVERLOADED. */
+  /** Callers waiting for a connection before new ones are refused with 503 OVERLOADED (default 20 000). */
   maxWaiting?: number;
   /** Attempts of a transaction that fails with 40001 / 40P01. */
   maxAttempts?: number;
@@ -71,7 +71,7 @@ export class PgDb implements Queryable {
 
   constructor(private readonly opts: PgDbOptions) {
     this.size = opts.poolSize;
-    this.maxWaiting = opts.maxWaiting ?? Math.max(1_000, opts.poolSize * 200);
+    this.maxWaiting = opts.maxWaiting ?? 20_000;
     this.maxAttempts = opts.maxAttempts ?? 5;
     // The pool never has a caller waiting inside it: the slots below hand out at most `size` connections.
     this.pool = new pg.Pool({ connectionString: opts.url, max: opts.poolSize, types: TYPES });

@@ -11,7 +11,7 @@ import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
 import { toStoredCopy } from '../rows.js';
-import type { CopyEffect, OutboxRow } from '../rules.js';
+import type { CopyEffect, CopyFacts, CopyPlan, OutboxRow } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
   ConversationRow,
@@ -46,58 +46,66 @@ export class PgMessageStore implements MessageStore {
         const replay = !input.silent;
         // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3).
         const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
-        const out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
-        const inc = await storeCopyTx(c, incoming, nowMs, replay, null);
-        await upsertOutbox(c, [
+        let out: CopyResult;
+        let inc: CopyResult;
+        if (ownerOf(outgoing) !== ownerOf(incoming)) {
+          // Two owners: storing one copy cannot change the other's facts, so both copies' facts come in
+          // one round trip and both rows are written together.
+          const [outFacts, incFacts] = await lookupFacts(c, [outgoing, incoming]);
+          const plans = [
+            planCopy(outgoing, outFacts!, { nowMs, replay, originDevice: origin }),
+            planCopy(incoming, incFacts!, { nowMs, replay, originDevice: null }),
+          ];
+          await applyPlans(c, plans, nowMs);
+          [out, inc] = [plans[0]!.result, plans[1]!.result];
+        } else {
+          out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
+          inc = await storeCopyTx(c, incoming, nowMs, replay, null);
+        }
+        // The outbox rows, the delivery row and the state after it in one statement. When the upsert
+        // changes nothing (an older revision), the last SELECT reads the row as it was.
+        const q = new Params();
+        const outbox = outboxCte(q, [
           outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs),
           outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs),
         ]);
-        let state: DeliveryState | null;
-        if (copyChanged(out) && input.delivery) {
-          const d = input.delivery;
-          // The upsert and the state after it in one round trip: when the upsert changes nothing (an older
-          // revision), the SELECT half reads the row as it was.
-          const r = await c.query<{ state: DeliveryState }>(
-            `WITH up AS (
-             INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-               reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
-               last_error, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, NULL, $12)
-             ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
-               reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
-               accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-               lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
-               last_error = NULL, updated_at_ms = excluded.updated_at_ms
-             WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
-                   > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
-             RETURNING state)
+        const key = q.add(out.messageKey);
+        const d = copyChanged(out) ? input.delivery : null;
+        const upsert = d
+          ? `up AS (
+               INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+                 reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
+                 last_error, updated_at_ms)
+               VALUES (${key}, ${q.list([
+                 baseKeyOf(outgoing),
+                 outgoing.fromLogin,
+                 outgoing.toLogin,
+                 outgoing.revisionTimeMs,
+                 outgoing.reencryptedAtMs,
+                 d.state,
+                 d.attempt,
+                 d.acceptedAtMs,
+                 d.nextAttemptAtMs,
+                 d.leaseUntilMs ?? null,
+               ])}, 1, NULL, ${q.add(nowMs)})
+               ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+                 reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
+                 accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+                 lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
+                 last_error = NULL, updated_at_ms = excluded.updated_at_ms
+               WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+                     > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
+               RETURNING state)`
+          : `up AS (SELECT NULL::text AS state WHERE false)`;
+        const ctes = [outbox, upsert].filter((x) => x !== null).join(', ');
+        const r = await c.query<{ state: DeliveryState }>(
+          `WITH ${ctes}
            SELECT state FROM up
            UNION ALL
-           SELECT state FROM dm_delivery_state WHERE outgoing_key = $1 AND NOT EXISTS (SELECT 1 FROM up)`,
-            [
-              out.messageKey,
-              baseKeyOf(outgoing),
-              outgoing.fromLogin,
-              outgoing.toLogin,
-              outgoing.revisionTimeMs,
-              outgoing.reencryptedAtMs,
-              d.state,
-              d.attempt,
-              d.acceptedAtMs,
-              d.nextAttemptAtMs,
-              d.leaseUntilMs ?? null,
-              nowMs,
-            ],
-          );
-          state = r.rows[0]?.state ?? null;
-        } else {
-          const r = await c.query<{ state: DeliveryState }>(
-            'SELECT state FROM dm_delivery_state WHERE outgoing_key = $1',
-            [out.messageKey],
-          );
-          state = r.rows[0]?.state ?? null;
-        }
-        return { incoming: inc, outgoing: out, deliveryState: state };
+           SELECT state FROM dm_delivery_state WHERE outgoing_key = ${key} AND NOT EXISTS (SELECT 1 FROM up)`,
+          q.values,
+        );
+        return { incoming: inc, outgoing: out, deliveryState: r.rows[0]?.state ?? null };
       },
       ownerLocks([ownerOf(outgoing), ownerOf(incoming)]),
     );
@@ -108,7 +116,9 @@ export class PgMessageStore implements MessageStore {
     return this.db.tx(
       async (c) => {
         const r = await storeCopyTx(c, copy, input.nowMs, !input.silent, null);
-        await upsertOutbox(c, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
+        const q = new Params();
+        const outbox = outboxCte(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
+        if (outbox) await c.query(`WITH ${outbox} SELECT 1`, q.values);
         return r;
       },
       ownerLocks([ownerOf(copy)]),
@@ -176,7 +186,54 @@ interface FactsRow {
   stored_at_ms: number | null;
 }
 
-/** Gathers the facts rules.planCopy needs (one round trip) and applies its plan. Runs under the owner's lock. */
+/**
+ * The facts rules.planCopy needs for each copy, in one round trip. Only for copies of different owners:
+ * storing one then cannot change the facts of another.
+ */
+async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
+  const values: unknown[] = [];
+  const tuples = copies.map((copy, i) => {
+    const look = copyLookups(copy);
+    const n = values.length;
+    values.push(
+      look.owner,
+      look.peer,
+      look.baseKey,
+      look.messageKey,
+      look.conversationTombstone,
+      look.messageTombstone,
+      look.earliestReceipt,
+    );
+    const p = (k: number) => `$${n + k}`;
+    return `(${i}, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::boolean, ${p(6)}::boolean, ${p(7)}::boolean)`;
+  });
+  const r = await c.query<FactsRow>(
+    `SELECT
+       CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
+                                WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
+       v.tomb_q AND EXISTS (SELECT 1 FROM dm_tombstones
+                            WHERE owner_login = v.owner AND kind = 'message' AND target = v.base_key) AS tombstoned,
+       CASE WHEN v.receipt_q THEN (SELECT MIN(read_at_ms) FROM signed_messages
+                                   WHERE owner_login = v.owner AND target_base_key = v.base_key
+                                     AND message_type IN (3, 4)) END AS receipt,
+       e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
+     FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
+       LEFT JOIN signed_messages e ON e.message_key = v.message_key
+     ORDER BY v.i`,
+    values,
+  );
+  return r.rows.map((f) => ({
+    conversationDeleteBeforeMs: f.conv,
+    messageTombstoned: f.tombstoned,
+    existing:
+      f.stored_at_ms === null
+        ? null
+        : { revisionTimeMs: f.revision_time_ms!, reencryptedAtMs: f.reencrypted_at_ms!, storedAtMs: f.stored_at_ms },
+    earliestReceiptReadAtMs: f.receipt,
+  }));
+}
+
+/** Stores one copy under its owner's lock: its facts, then rules.planCopy's plan. */
 async function storeCopyTx(
   c: Client,
   copy: Container,
@@ -184,50 +241,52 @@ async function storeCopyTx(
   replay: boolean,
   originDevice: string | null,
 ): Promise<CopyResult> {
-  const look = copyLookups(copy);
-  const f = (
-    await c.query<FactsRow>(
-      `SELECT
-         CASE WHEN $5 THEN (SELECT delete_before_ms FROM dm_tombstones
-                            WHERE owner_login = $1 AND kind = 'conversation' AND target = $2) END AS conv,
-         $6 AND EXISTS (SELECT 1 FROM dm_tombstones WHERE owner_login = $1 AND kind = 'message' AND target = $3)
-           AS tombstoned,
-         CASE WHEN $7 THEN (SELECT MIN(read_at_ms) FROM signed_messages
-                            WHERE owner_login = $1 AND target_base_key = $3 AND message_type IN (3, 4)) END AS receipt,
-         e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
-       FROM (SELECT 1) AS one LEFT JOIN signed_messages e ON e.message_key = $4`,
-      [
-        look.owner,
-        look.peer,
-        look.baseKey,
-        look.messageKey,
-        look.conversationTombstone,
-        look.messageTombstone,
-        look.earliestReceipt,
-      ],
-    )
-  ).rows[0]!;
-  const plan = planCopy(
-    copy,
-    {
-      conversationDeleteBeforeMs: f.conv,
-      messageTombstoned: f.tombstoned,
-      existing:
-        f.stored_at_ms === null
-          ? null
-          : {
-              revisionTimeMs: f.revision_time_ms!,
-              reencryptedAtMs: f.reencrypted_at_ms!,
-              storedAtMs: f.stored_at_ms,
-            },
-      earliestReceiptReadAtMs: f.receipt,
-    },
-    { nowMs, replay, originDevice },
-  );
-  if (plan.write === null) return plan.result;
-  const row = plan.row;
-  const blob = Buffer.from(row.blob.buffer, row.blob.byteOffset, row.blob.byteLength);
-  if (plan.write === 'update') {
+  const [facts] = await lookupFacts(c, [copy]);
+  const plan = planCopy(copy, facts!, { nowMs, replay, originDevice });
+  await applyPlans(c, [plan], nowMs);
+  return plan.result;
+}
+
+/**
+ * Applies the plans of copies of different owners (or of one copy): new rows in one INSERT, then the
+ * updates, then the effects on other rows of each owner.
+ */
+async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number): Promise<void> {
+  const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
+  if (rows.length > 0) {
+    const q = new Params();
+    const tuples = rows.map(
+      (row) =>
+        `(${q.list([
+          row.messageKey,
+          row.baseKey,
+          row.owner,
+          row.peer,
+          row.messageType,
+          row.timeMs,
+          row.nonce,
+          row.revisionTimeMs,
+          row.reencryptedAtMs,
+          row.nowMs,
+          row.nowMs,
+          row.readAtMs,
+          row.targetBaseKey,
+          row.replay,
+          row.originDevice,
+          bufferOf(row.blob),
+        ])})`,
+    );
+    await c.query(
+      `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+         revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
+         origin_device, blob)
+       VALUES ${tuples.join(', ')}`,
+      q.values,
+    );
+  }
+  for (const plan of plans) {
+    if (plan.write !== 'update') continue;
+    const row = plan.row;
     await c.query(
       `UPDATE signed_messages SET revision_time_ms = $1, reencrypted_at_ms = $2, stored_at_ms = $3, blob = $4,
          replay = $5, origin_device = $6,
@@ -237,41 +296,18 @@ async function storeCopyTx(
         row.revisionTimeMs,
         row.reencryptedAtMs,
         row.nowMs,
-        blob,
+        bufferOf(row.blob),
         row.replay,
         row.originDevice,
         row.readAtMs,
         row.messageKey,
-      ],
-    );
-  } else {
-    await c.query(
-      `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
-         revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
-         origin_device, blob)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14, $15)`,
-      [
-        row.messageKey,
-        row.baseKey,
-        row.owner,
-        row.peer,
-        row.messageType,
-        row.timeMs,
-        row.nonce,
-        row.revisionTimeMs,
-        row.reencryptedAtMs,
-        row.nowMs,
-        row.readAtMs,
-        row.targetBaseKey,
-        row.replay,
-        row.originDevice,
-        blob,
       ],
     );
   }
-  if (plan.effect) await applyEffect(c, plan.effect, nowMs);
-  return plan.result;
+  for (const plan of plans) if (plan.write !== null && plan.effect) await applyEffect(c, plan.effect, nowMs);
 }
+
+const bufferOf = (b: Uint8Array): Buffer => Buffer.from(b.buffer, b.byteOffset, b.byteLength);
 
 async function applyEffect(c: Client, e: CopyEffect, nowMs: number): Promise<void> {
   if (e.kind === 'markRead') {
@@ -310,21 +346,35 @@ async function applyEffect(c: Client, e: CopyEffect, nowMs: number): Promise<voi
   }
 }
 
-/** Upserts the outbox rows of one store call in one statement (their keys differ: one row per copy). */
-async function upsertOutbox(c: Client, rows: (OutboxRow | null)[]): Promise<void> {
+/** Numbered parameters of one statement built from parts. */
+class Params {
+  readonly values: unknown[] = [];
+
+  add(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+
+  list(values: readonly unknown[]): string {
+    return values.map((v) => this.add(v)).join(', ');
+  }
+}
+
+/**
+ * The outbox rows of one store call as a CTE (`ob AS (INSERT …)`) to run with the call's last statement,
+ * or null when there are none. Their keys differ (one row per copy), so one upsert takes them all.
+ */
+function outboxCte(q: Params, rows: (OutboxRow | null)[]): string | null {
   const present = rows.filter((r): r is OutboxRow => r !== null);
-  if (present.length === 0) return;
-  const values: unknown[] = [];
-  const tuples = present.map((r) => {
-    const n = values.length;
-    values.push(r.owner, r.primaryMessageKey, r.syncId, r.storedAtMs, Buffer.from(packBlobs(r.blobs)), r.synced);
-    return `($${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}::bigint, $${n + 5}::bytea, $${n + 6}::boolean)`;
-  });
-  await c.query(
-    `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
-     VALUES ${tuples.join(', ')}
-     ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-       stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
-    values,
+  if (present.length === 0) return null;
+  const tuples = present.map(
+    (r) =>
+      `(${q.add(r.owner)}, ${q.add(r.primaryMessageKey)}, ${q.add(r.syncId)}, ${q.add(r.storedAtMs)}::bigint, ` +
+      `${q.add(bufferOf(packBlobs(r.blobs)))}::bytea, ${q.add(r.synced)}::boolean)`,
   );
+  return `ob AS (
+    INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+    VALUES ${tuples.join(', ')}
+    ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+      stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced)`;
 }
