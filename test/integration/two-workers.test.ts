@@ -7,8 +7,8 @@
  * a SQLite file, or PostgreSQL under SHINE_TEST_DB=postgres) through SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
  * server, the real recipient. Before the servers start, the test process migrates the shared database (so
  * they do not race on migrations) and stores bob's profile in it as imported, as A would after a
- * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through A1 (B then
- * imports alice's profile).
+ * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through each of A1
+ * and A2 (B then imports alice's profile, and both have their connection to B).
  *
  * Then, while both workers poll, the test opens a third connection to the database and stores ROWS pairs
  * with the store's own storePair in one burst, each with a delivery row `accepted`, attempt 0, due now
@@ -74,7 +74,10 @@ describe('two workers sharing one database', () => {
       SHINE_WORKER_TICK_MS: '50',
       SHINE_S2S_TIMEOUT_MS: '500',
       // Quick retries for a call that timed out; the last offset is never reached, so no row can fail.
-      SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,3600000',
+      // Offsets count from acceptance, and on a loaded machine B may take half a minute to take the whole
+      // burst (on PostgreSQL every call is a transaction of its own): a call timing out after the last
+      // quick offset would wait the hour.
+      SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,5000,8000,12000,20000,30000,3600000',
     };
     const started = await Promise.allSettled([
       startServerProcess({ port: pA1!, env: alpha }),
@@ -115,12 +118,20 @@ describe('two workers sharing one database', () => {
     clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bob-phone'));
     const aliceOnA1 = await connectIdentity(a1.wsUrl, alice, ['alpha'], 'alice-phone');
     clients.push(aliceOnA1);
-    const warm = await aliceOnA1.sendText('bob', 'warm-up');
-    // Only what comes after the warm-up is counted: its row must be settled and the workers idle.
+    const aliceOnA2 = await connectIdentity(a2.wsUrl, alice, ['alpha'], 'alice-laptop');
+    clients.push(aliceOnA2);
+    // One warm-up through each process (the one that stores a pair runs its first attempt), so both have
+    // their connection to B before the burst: a first ServerAuth made during it would queue behind the
+    // burst's calls at B and outlast the 500 ms timeout, attempt after attempt.
+    const warm = [await aliceOnA1.sendText('bob', 'warm-up 1'), await aliceOnA2.sendText('bob', 'warm-up 2')];
+    // Only what comes after the warm-up is counted: its rows must be settled and the workers idle.
     await waitUntil(
-      async () => (await store.delivery.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()),
+      async () => {
+        const rows = await Promise.all(warm.map((w) => store.delivery.getDelivery(w.outgoingKey)));
+        return rows.every((r) => r?.state === 'delivered') && (await idle());
+      },
       15_000,
-      'warm-up delivered',
+      'warm-ups delivered',
     );
     const callsBefore = await receiveCalls();
     const errorsBefore = await both('shine_s2s_errors_total');
@@ -148,11 +159,11 @@ describe('two workers sharing one database', () => {
 
     await waitUntil(
       async () => (await store.delivery.countDeliveriesByState()).accepted === 0 && (await idle()),
-      45_000,
+      60_000,
       'every row terminal and both workers idle',
     );
 
-    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
+    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 2, failed: 0 });
     const rows = await Promise.all(stored.map((r) => store.delivery.getDelivery(r.outgoing.messageKey)));
     assert.ok(
       rows.every((r) => r?.state === 'delivered' && r.leaseUntilMs === null),
