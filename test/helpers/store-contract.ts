@@ -20,7 +20,7 @@ import { testPair } from './containers.js';
 
 export const T0 = 1_774_700_000_000;
 
-/** Makes fresh, migrated stores of one dialect; dispose() closes every store it made and drops their data. */
+/** Makes fresh, migrated stores of one dialect (empty of rows); the test file closes them and drops their data. */
 export interface StoreFactory {
   readonly dialect: Store['dialect'];
   open(): Promise<Store>;

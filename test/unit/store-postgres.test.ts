@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
 import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
 import type { PostgresStore } from '../../src/server/store/postgres/store.js';
@@ -73,6 +74,12 @@ describe('PostgreSQL: several processes on one database', () => {
       r.rows.map((row) => row.version),
       POSTGRES_MIGRATIONS.map((_, i) => i + 1),
     );
+  });
+
+  it("reads BIGINT as numbers through its own pool only, leaving pg's global parsers alone", async () => {
+    const r = await a.db.query<{ n: unknown }>('SELECT 9007199254740991::bigint AS n');
+    assert.equal(r.rows[0]!.n, Number.MAX_SAFE_INTEGER);
+    assert.equal(pg.types.getTypeParser(pg.types.builtins.INT8, 'text')('42'), '42');
   });
 
   it('keys sort by bytes whatever the database collation: key columns are COLLATE "C"', async () => {
@@ -151,6 +158,30 @@ describe('PostgreSQL: several processes on one database', () => {
     assert.ok(concurrent.history.length > 0);
   });
 
+  it('one new device logged in through two pools at once is new for exactly one', async () => {
+    const results = await Promise.all([
+      a.devices.touchDevice('race-dev', 'phone', T0),
+      b.devices.touchDevice('race-dev', 'phone', T0 + 1),
+    ]);
+    assert.equal(results.filter((r) => r.isNew).length, 1);
+    assert.equal(results[0]!.firstSeenAtMs, results[1]!.firstSeenAtMs);
+  });
+
+  it('settings written through two pools at once: the winner by the rule is stored, whatever the order', async () => {
+    const writes = Array.from({ length: 20 }, (_, i) => ({
+      owner: 'race-set',
+      key: 'theme',
+      value: new Uint8Array([i % 7, i]),
+      updatedAtMs: T0 + (i % 5),
+      nowMs: T0 + 100,
+      synced: false,
+    }));
+    await Promise.all(writes.map((w, i) => (i % 2 === 0 ? a : b).settings.setSetting(w)));
+    const [stored] = await a.settings.getSettings('race-set');
+    // The newest updatedAtMs (T0 + 4: i = 4, 9, 14, 19), then the largest value bytes among them.
+    assert.deepEqual([stored?.updatedAtMs, [...(stored?.value ?? [])]], [T0 + 4, [5, 19]]);
+  });
+
   it('exclusively: while one pool holds the lock, another does not run', async () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
@@ -195,6 +226,44 @@ describe('PostgreSQL: several processes on one database', () => {
     await holder2;
     await closing;
     assert.equal(await codes(small.meta.getMeta('x')), 'INTERNAL');
+  });
+
+  it('a transaction failing with a serialization failure or a deadlock runs again; other errors do not', async () => {
+    const retriesBefore = a.db.stats.retries;
+    let runs = 0;
+    const value = await a.db.tx(async (c) => {
+      runs++;
+      await c.query(`INSERT INTO server_meta (key, value) VALUES ('retried', $1)`, [String(runs)]);
+      if (runs < 3) throw Object.assign(new Error('conflict'), { code: runs === 1 ? '40001' : '40P01' });
+      return runs;
+    });
+    assert.equal(value, 3);
+    assert.equal(a.db.stats.retries - retriesBefore, 2);
+    // The failed runs were rolled back: only the last insert is there.
+    assert.equal(await a.meta.getMeta('retried'), '3');
+    let once = 0;
+    await assert.rejects(
+      a.db.tx(async () => {
+        once++;
+        throw Object.assign(new Error('bad'), { code: '23505' });
+      }),
+      /bad/,
+    );
+    assert.equal(once, 1);
+  });
+
+  it('a transaction whose BEGIN statements fail leaves no open transaction on its connection', async () => {
+    const one = openPostgresStore({ url: (await database()).url, poolSize: 1 });
+    try {
+      await assert.rejects(
+        one.db.tx(async () => 1, 'SELECT 1 / 0;'),
+        /division by zero/,
+      );
+      // The pool's only connection is used next: it must not be inside an aborted transaction.
+      assert.equal(await one.meta.getMeta('nothing'), null);
+    } finally {
+      await one.close();
+    }
   });
 
   it('a database that cannot be reached answers 503 OVERLOADED', async () => {

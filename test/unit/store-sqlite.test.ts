@@ -1,15 +1,11 @@
-/**
- * The Store contract on SQLite (a fresh database file per test), and what only the SQLite dialect has:
- * group commit and its bounded write queue.
- */
-import assert from 'node:assert/strict';
+/** The Store contract on SQLite: a fresh database file per test (SQLite-only behaviour: sqlite-store.test.ts). */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { after } from 'node:test';
 import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
-import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import { storeContract } from '../helpers/store-contract.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'shine-contract-'));
 const opened: SqliteStore[] = [];
@@ -18,50 +14,12 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function fresh(opts: { sync?: 'full' | 'normal'; maxQueuedWrites?: number } = {}): Promise<SqliteStore> {
-  const store = openSqliteStore({
-    path: join(dir, `db${opened.length}.sqlite`),
-    sync: opts.sync ?? 'normal',
-    ...(opts.maxQueuedWrites === undefined ? {} : { maxQueuedWrites: opts.maxQueuedWrites }),
-  });
-  opened.push(store);
-  await store.migrate();
-  return store;
-}
-
-storeContract({ dialect: 'sqlite', open: () => fresh() });
-
-describe('SQLite: group commit', () => {
-  it('concurrent writes share commits and all resolve after them', async () => {
-    const store = await fresh({ sync: 'full' });
-    const before = { ...store.db.stats };
-    await Promise.all(
-      Array.from({ length: 200 }, (_, i) =>
-        putPair(store, { from: 'gina', to: 'hank', timeMs: T0 + 5000 + i, nonce: i }),
-      ),
-    );
-    const commits = store.db.stats.commits - before.commits;
-    assert.ok(commits < 20, `200 writes took ${commits} commits`);
-    const page = await store.messages.getDirectMessages({
-      owner: 'hank',
-      peer: 'gina',
-      beforeTimeMs: 0,
-      beforeMessageKey: '',
-      limit: 200,
-    });
-    assert.equal(page.items.length, 200);
-  });
-
-  it('refuses writes with 503 OVERLOADED while the commit queue is full, and commits the queued ones', async () => {
-    const small = await fresh({ maxQueuedWrites: 3 });
-    const writes = Array.from({ length: 5 }, (_, i) =>
-      small.meta.setMeta(`k${i}`, 'v').then(
-        () => 'ok',
-        (err: { code?: string }) => err.code,
-      ),
-    );
-    assert.deepEqual(await Promise.all(writes), ['ok', 'ok', 'ok', 'OVERLOADED', 'OVERLOADED']);
-    assert.equal(await small.meta.getMeta('k2'), 'v');
-    assert.equal(await small.meta.getMeta('k3'), null);
-  });
+storeContract({
+  dialect: 'sqlite',
+  async open() {
+    const store = openSqliteStore({ path: join(dir, `db${opened.length}.sqlite`), sync: 'normal' });
+    opened.push(store);
+    await store.migrate();
+    return store;
+  },
 });

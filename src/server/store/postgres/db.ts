@@ -154,8 +154,10 @@ export class PgDb implements Queryable {
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.withClient(async (client) => {
-          await client.query(`BEGIN;${begin}`);
           try {
+            // Inside the try: when a statement after BEGIN fails (a lock's deadlock), the client must not go
+            // back to the pool in an aborted transaction.
+            await client.query(`BEGIN;${begin}`);
             const value = await fn(client);
             await client.query('COMMIT');
             this.stats.commits++;
