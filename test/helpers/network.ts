@@ -13,6 +13,8 @@ import type { ConfigInput } from '../../src/server/config/config.js';
 import type { Logger } from '../../src/server/log.js';
 import { createServer } from 'node:net';
 import { freePort } from './server-process.js';
+import type { TestDb } from './test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
 export interface NetworkServerSpec extends ConfigInput {
   /** Overrides the network's clock for this server. */
@@ -36,22 +38,27 @@ export interface NetworkOptions {
 export interface TestNetwork extends AsyncDisposable {
   /** The running servers by index; a stopped one keeps its last entry until started again. */
   readonly servers: RunningServer[];
+  /** Server i's database (freshTestDb), kept across stop and start; reset() it while i is stopped to lose it. */
+  readonly dbs: TestDb[];
   /** Stops server i (its port and data stay reserved for start). */
   stop(i: number): Promise<void>;
   /** Starts server i again on the same port and data directory. */
   start(i: number): Promise<RunningServer>;
-  /** Stops every server and removes their data directories. */
+  /** Stops every server, drops their databases and removes their data directories. */
   close(): Promise<void>;
 }
 
 /**
  * Starts the servers in order. Defaults: serverLogin `server<N>` (1-based), host 127.0.0.1, port 0,
- * a fresh dataDir under the OS temp dir, log level from SHINE_TEST_LOG_LEVEL (else silent).
+ * a fresh dataDir under the OS temp dir, a fresh database from freshTestDb (SQLite in the dataDir, or
+ * PostgreSQL under SHINE_TEST_DB=postgres) unless the spec names one, log level from SHINE_TEST_LOG_LEVEL
+ * (else silent).
  */
 export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
   const servers: RunningServer[] = [];
   const running = new Set<number>();
   const dirs: string[] = [];
+  const dbs: TestDb[] = [];
   const inputs: { input: ConfigInput; deps: ServerDeps }[] = [];
   let closing: Promise<void> | null = null;
   const stop = async (i: number): Promise<void> => {
@@ -70,7 +77,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
   const close = () =>
     (closing ??= (async () => {
       for (const i of [...running].sort((a, b) => b - a)) await stop(i);
-      await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+      await Promise.all([...dbs.map((db) => db.drop()), ...dirs.map((d) => rm(d, { recursive: true, force: true }))]);
     })());
 
   try {
@@ -80,6 +87,8 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
       const { clock = opts.clock, log, callPush, ...rest } = spec;
       const dataDir = await mkdtemp(join(tmpdir(), 'shine-test-'));
       dirs.push(dataDir);
+      const db = await freshTestDb(dataDir);
+      dbs.push(db);
       const peers = opts.federate
         ? logins
             .map((login, j) => (j === i ? null : `${login}=ws://127.0.0.1:${ports[j]}/ws`))
@@ -91,6 +100,8 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
         host: '127.0.0.1',
         port: ports[i] ?? 0,
         dataDir,
+        db: db.url,
+        dbPoolSize: TEST_DB_POOL_SIZE,
         logLevel: process.env.SHINE_TEST_LOG_LEVEL ?? 'silent',
         ...(peers ? { peers } : {}),
         ...rest,
@@ -102,7 +113,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     await close();
     throw err;
   }
-  return { servers, stop, start, close, [Symbol.asyncDispose]: close };
+  return { servers, dbs, stop, start, close, [Symbol.asyncDispose]: close };
 }
 
 /**

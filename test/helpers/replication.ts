@@ -5,7 +5,6 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
-import Database from 'better-sqlite3';
 import { concatBytes, toBase64, utf8 } from '../../src/protocol/bytes.js';
 import type { Container, ContainerFields, MessageType } from '../../src/protocol/container.js';
 import {
@@ -20,11 +19,12 @@ import {
 import { s2sSigningText, signText } from '../../src/protocol/identity.js';
 import type { OpResults, SyncCycleSummary } from '../../src/protocol/ops.js';
 import type { RunningServer } from '../../src/server/app.js';
-import { SqliteStore } from '../../src/server/store/sqlite/store.js';
+import type { DbConfig } from '../../src/server/config/config.js';
 import type { NetworkServerSpec } from './network.js';
 import type { RawClient } from './raw-client.js';
 import { connectRaw } from './raw-client.js';
 import { metricSum } from './metrics.js';
+import { queryTestDb } from './test-db.js';
 
 export const ADMIN_TOKEN = 'replication-admin-token-0123456789';
 
@@ -290,48 +290,46 @@ export interface DmSnapshot {
   settings: { key: string; valueB64: string; updatedAtMs: number }[];
 }
 
-const COPIES_SQL = `SELECT message_key AS key, message_type AS type, revision_time_ms || '/' || reencrypted_at_ms AS rev,
-  read_at_ms AS readAtMs, blob FROM signed_messages WHERE owner_login = ? ORDER BY message_key`;
-const TOMBSTONES_SQL = `SELECT kind, target, delete_before_ms AS deleteBeforeMs FROM dm_tombstones WHERE owner_login = ? ORDER BY kind, target`;
-const SETTINGS_SQL = `SELECT key, value, updated_at_ms AS updatedAtMs FROM user_settings WHERE owner_login = ? ORDER BY key`;
+const COPIES_SQL = `SELECT message_key AS "key", message_type AS "type", revision_time_ms AS "revisionTimeMs",
+  reencrypted_at_ms AS "reencryptedAtMs", read_at_ms AS "readAtMs", stored_at_ms AS "storedAtMs", blob
+  FROM signed_messages WHERE owner_login = ? ORDER BY message_key`;
+const TOMBSTONES_SQL = `SELECT kind, target, delete_before_ms AS "deleteBeforeMs" FROM dm_tombstones
+  WHERE owner_login = ? ORDER BY kind, target`;
+const SETTINGS_SQL = `SELECT key, value, updated_at_ms AS "updatedAtMs" FROM user_settings WHERE owner_login = ? ORDER BY key`;
 
-function snapshotOf(db: Database.Database, owner: string): DmSnapshot {
-  const copies = (
-    db.prepare(COPIES_SQL).all(owner) as {
-      key: string;
-      type: number;
-      rev: string;
-      readAtMs: number | null;
-      blob: Buffer;
-    }[]
-  ).map(({ blob, ...rest }) => ({ ...rest, blobB64: blob.toString('base64') }));
-  const tombstones = db.prepare(TOMBSTONES_SQL).all(owner) as DmSnapshot['tombstones'];
-  const settings = (db.prepare(SETTINGS_SQL).all(owner) as { key: string; value: Buffer; updatedAtMs: number }[]).map(
-    (s) => ({
-      key: s.key,
-      valueB64: s.value.toString('base64'),
-      updatedAtMs: s.updatedAtMs,
-    }),
-  );
+/**
+ * A read-only snapshot of owner's rows in the database at url (server-local times left out but for
+ * storedAtMs, by key), read while its server runs or after it was stopped or killed.
+ */
+export async function dmSnapshotOfDb(
+  url: string | DbConfig,
+  owner: string,
+): Promise<DmSnapshot & { storedAtMs: Map<string, number> }> {
+  const rows = (await queryTestDb(url, COPIES_SQL, [owner])) as {
+    key: string;
+    type: number;
+    revisionTimeMs: number;
+    reencryptedAtMs: number;
+    readAtMs: number | null;
+    storedAtMs: number;
+    blob: Buffer;
+  }[];
+  const copies = rows.map((r) => ({
+    key: r.key,
+    type: r.type,
+    rev: `${r.revisionTimeMs}/${r.reencryptedAtMs}`,
+    readAtMs: r.readAtMs,
+    blobB64: r.blob.toString('base64'),
+  }));
+  const tombstones = (await queryTestDb(url, TOMBSTONES_SQL, [owner])) as DmSnapshot['tombstones'];
+  const settings = (
+    (await queryTestDb(url, SETTINGS_SQL, [owner])) as { key: string; value: Buffer; updatedAtMs: number }[]
+  ).map((s) => ({ key: s.key, valueB64: s.value.toString('base64'), updatedAtMs: s.updatedAtMs }));
+  return { copies, tombstones, settings, storedAtMs: new Map(rows.map((r) => [r.key, r.storedAtMs])) };
+}
+
+/** dmSnapshotOfDb of an in-process server, without storedAtMs. */
+export async function dmSnapshot(server: RunningServer, owner: string): Promise<DmSnapshot> {
+  const { copies, tombstones, settings } = await dmSnapshotOfDb(server.config.db, owner);
   return { copies, tombstones, settings };
-}
-
-/** A read-only snapshot of an in-process server's rows for owner (server-local times left out). */
-export function dmSnapshot(server: RunningServer, owner: string): DmSnapshot {
-  const store = server.ctx.store;
-  if (!(store instanceof SqliteStore)) throw new Error('dmSnapshot needs the SQLite store');
-  return snapshotOf(store.db.conn, owner);
-}
-
-/** The same from a database file of a server that is not running (a killed child process). */
-export function dmSnapshotFromFile(path: string, owner: string): DmSnapshot & { storedAtMs: Map<string, number> } {
-  const db = new Database(path);
-  try {
-    const stored = db
-      .prepare('SELECT message_key AS key, stored_at_ms AS at FROM signed_messages WHERE owner_login = ?')
-      .all(owner) as { key: string; at: number }[];
-    return { ...snapshotOf(db, owner), storedAtMs: new Map(stored.map((r) => [r.key, r.at])) };
-  } finally {
-    db.close();
-  }
 }

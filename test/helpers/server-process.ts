@@ -5,11 +5,15 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { TestDb } from './test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
 export interface ServerProcess {
   readonly pid: number;
   readonly port: number;
   readonly dataDir: string;
+  /** Its SHINE_DB: the one opts.env names, else a fresh freshTestDb kept across restarts and dropped on close. */
+  readonly dbUrl: string;
   readonly httpUrl: string;
   readonly wsUrl: string;
   /** CPU time (user + system) the process has used so far. */
@@ -20,7 +24,7 @@ export interface ServerProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
   /** Starts it again on the same port and data folder. */
   restart(): Promise<void>;
-  /** Stops it and removes its data folder. */
+  /** Stops it, drops the database it was given (not one opts.env named) and removes its data folder. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -46,12 +50,30 @@ export interface ServerProcessOptions {
 export async function startServerProcess(opts: ServerProcessOptions = {}): Promise<ServerProcess> {
   const port = opts.port ?? (await freePort());
   const dataDir = mkdtempSync(join(tmpdir(), 'shine-proc-'));
+  let db: TestDb | null = null;
+  if (opts.env?.SHINE_DB === undefined) {
+    try {
+      db = await freshTestDb(dataDir);
+    } catch (err) {
+      rmSync(dataDir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+  const dbEnv: Record<string, string> = db ? { SHINE_DB: db.url, SHINE_DB_POOL_SIZE: String(TEST_DB_POOL_SIZE) } : {};
+  const dbUrl = db?.url ?? opts.env!.SHINE_DB!;
   const httpUrl = `http://127.0.0.1:${port}`;
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
     child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
-      env: { ...process.env, SHINE_HOST: '127.0.0.1', SHINE_PORT: String(port), SHINE_DATA_DIR: dataDir, ...opts.env },
+      env: {
+        ...process.env,
+        SHINE_HOST: '127.0.0.1',
+        SHINE_PORT: String(port),
+        SHINE_DATA_DIR: dataDir,
+        ...dbEnv,
+        ...opts.env,
+      },
       stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
     });
     const deadline = Date.now() + 30_000;
@@ -74,15 +96,22 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   };
   const close = async (): Promise<void> => {
     await kill('SIGTERM');
+    await db?.drop();
     rmSync(dataDir, { recursive: true, force: true });
   };
-  await launch();
+  try {
+    await launch();
+  } catch (err) {
+    await close();
+    throw err;
+  }
   return {
     get pid() {
       return child.pid!;
     },
     port,
     dataDir,
+    dbUrl,
     httpUrl,
     wsUrl: `ws://127.0.0.1:${port}/ws`,
     cpuMs() {

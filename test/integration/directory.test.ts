@@ -22,6 +22,7 @@ import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { connectRaw } from '../helpers/raw-client.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from '../helpers/test-db.js';
 import type { TestUser } from '../helpers/users.js';
 import { assertSessionWorks, connectUser, login, makeUser, profileFor } from '../helpers/users.js';
 
@@ -346,16 +347,20 @@ describe('directory: static file validation', () => {
     const dir = await mkdtemp(join(tmpdir(), 'shine-dir-'));
     const directoryFile = join(dir, 'directory.json');
     await writeFile(directoryFile, JSON.stringify({ servers, users }));
+    const db = await freshTestDb(dir);
     try {
       const server = await startServer({
         serverLogin: 'alpha',
         port: 0,
         dataDir: dir,
+        db: db.url,
+        dbPoolSize: TEST_DB_POOL_SIZE,
         directoryFile,
         logLevel: 'silent',
       });
       await server.close();
     } finally {
+      await db.drop();
       await rm(dir, { recursive: true, force: true });
     }
   }

@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { packBlobs } from '../../src/server/store/blobs.js';
-import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { startNetwork } from '../helpers/network.js';
 import {
   metricValue,
@@ -18,6 +17,7 @@ import {
   sendAll,
   syncNow,
 } from '../helpers/replication.js';
+import { queryServerDb } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 describe('replication: rows the owner does not own, or that do not verify', () => {
@@ -48,13 +48,13 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     const tampered = broken.outgoing.bytes.slice();
     tampered[tampered.length - 1]! ^= 1;
     const plant = (primaryKey: string, blobs: Uint8Array[], storedAtMs: number) =>
-      (a1.ctx.store as SqliteStore).db.conn
-        .prepare(
-          'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, 0)',
-        )
-        .run('alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, packBlobs(blobs));
-    plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
-    plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);
+      queryServerDb(
+        a1,
+        'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)',
+        ['alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, Buffer.from(packBlobs(blobs)), false],
+      );
+    await plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
+    await plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);
 
     const summary = await syncNow(a2.httpUrl);
     assert.equal(summary.dmRows, good.length, 'the good rows are stored');

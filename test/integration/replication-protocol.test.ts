@@ -299,7 +299,7 @@ describe('replication protocol', () => {
         { owner: 'gus', synced: 4, unsynced: 0 },
         'the late row was pulled and acked too',
       );
-      assert.ok(dmSnapshot(srv(A2), 'gus').copies.some((c) => c.key === late.outgoingKey));
+      assert.ok((await dmSnapshot(srv(A2), 'gus')).copies.some((c) => c.key === late.outgoingKey));
     } finally {
       outboxes.dmSyncPage = readPage;
     }
@@ -342,7 +342,7 @@ describe('replication protocol', () => {
       );
     }
     // The deletion (an empty value) replicated too, and the rows are equal, not just the answers.
-    assert.deepEqual(dmSnapshot(srv(A1), 'fay').settings, dmSnapshot(srv(A2), 'fay').settings);
+    assert.deepEqual((await dmSnapshot(srv(A1), 'fay')).settings, (await dmSnapshot(srv(A2), 'fay')).settings);
     // Everything was acked both ways: another round moves no setting.
     const again = [await syncNow(srv(A2).httpUrl), await syncNow(srv(A1).httpUrl)];
     assert.deepEqual(

@@ -24,7 +24,7 @@ import {
   answeredOk,
   deliveryRows,
   dmSnapshot,
-  dmSnapshotFromFile,
+  dmSnapshotOfDb,
   fullHistory,
   historyView,
   outboxCounts,
@@ -107,7 +107,7 @@ describe('replication: recovery', () => {
       const page1 = served[0]!;
       assert.equal(served.length, 1);
       assert.deepEqual(held, page1);
-      const crashed = dmSnapshotFromFile(join(a2.dataDir, 'shine.sqlite'), 'alice');
+      const crashed = await dmSnapshotOfDb(a2.dbUrl, 'alice');
       assert.equal(crashed.copies.length, 500, 'page 1 was on disk before the ACK left');
       assert.deepEqual(await outboxCounts(a1.httpUrl, 'alice'), { owner: 'alice', synced: 0, unsynced: N });
 
@@ -125,7 +125,7 @@ describe('replication: recovery', () => {
       );
       await aliceA2.close();
       await a2.kill('SIGTERM');
-      const done = dmSnapshotFromFile(join(a2.dataDir, 'shine.sqlite'), 'alice');
+      const done = await dmSnapshotOfDb(a2.dbUrl, 'alice');
       assert.equal(done.copies.length, N);
       // Stored once: the second delivery of page 1 left its rows exactly as the first one wrote them.
       for (const [key, storedAtMs] of crashed.storedAtMs) assert.equal(done.storedAtMs.get(key), storedAtMs, key);
@@ -192,8 +192,8 @@ describe('replication: recovery', () => {
     // Both servers level, every row acked.
     await syncNow(srv(A2).httpUrl);
     await syncNow(srv(A1).httpUrl);
-    const before = dmSnapshot(srv(A1), 'alice');
-    assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
+    const before = await dmSnapshot(srv(A1), 'alice');
+    assert.deepEqual(await dmSnapshot(srv(A2), 'alice'), before);
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), {
       owner: 'alice',
       synced: before.copies.length,
@@ -205,9 +205,10 @@ describe('replication: recovery', () => {
     const dataDir = srv(A2).config.dataDir;
     await net.stop(A2);
     for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });
+    await net.dbs[A2]!.reset();
     await net.start(A2);
     await srv(A2).drain(); // its start-up cycle
-    assert.deepEqual(dmSnapshot(srv(A2), 'alice'), { copies: [], tombstones: [], settings: [] });
+    assert.deepEqual(await dmSnapshot(srv(A2), 'alice'), { copies: [], tombstones: [], settings: [] });
     // alpha2 forgot alice too: her client registers her profile again.
     await using aliceA2 = await connectUser(srv(A2).wsUrl, alice, 'alice-a2');
     const bravoReceived = await answeredOk(srv(B).httpUrl, 'ReceiveIncomingMessage');
@@ -219,7 +220,7 @@ describe('replication: recovery', () => {
     });
     const summary = await syncNow(srv(A2).httpUrl);
     assert.deepEqual([summary.dmRows, summary.settingsRows, summary.errors], [before.copies.length, 2, 0]);
-    assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
+    assert.deepEqual(await dmSnapshot(srv(A2), 'alice'), before);
     assert.deepEqual((await fullHistory(aliceA2, 'bob')).map(historyView), historyA1.map(historyView));
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'alice'), {
       owner: 'alice',

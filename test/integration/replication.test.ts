@@ -142,7 +142,7 @@ describe('replication: catch-up of an access server that was down', () => {
       updatedAtMs: now,
     });
 
-    const before = dmSnapshot(srv(A1), 'alice');
+    const before = await dmSnapshot(srv(A1), 'alice');
     const historyA1 = await fullHistory(aliceA1, 'bob');
     assert.equal(historyA1.length, 2 * N - 6 - 3, 'conversation delete took 6, message deletes 3');
     assert.equal(before.tombstones.length, 4);
@@ -166,7 +166,7 @@ describe('replication: catch-up of an access server that was down', () => {
     );
 
     // Level with alpha1: same copies (keys, revisions, read times, bytes), tombstones and settings.
-    assert.deepEqual(dmSnapshot(srv(A2), 'alice'), before);
+    assert.deepEqual(await dmSnapshot(srv(A2), 'alice'), before);
     const historyA2 = await fullHistory(aliceA2, 'bob');
     assert.deepEqual(historyA2.map(historyView), historyA1.map(historyView));
     assert.deepEqual(
@@ -208,7 +208,7 @@ describe('replication: catch-up of an access server that was down', () => {
     await sendAll(bobB, [{ pair: marker2 }]);
     const marker2Key = `${marker2.baseKey}|1`;
     await waitUntil(
-      () => dmSnapshot(srv(A2), 'alice').copies.some((c) => c.key === marker2Key),
+      async () => (await dmSnapshot(srv(A2), 'alice')).copies.some((c) => c.key === marker2Key),
       5000,
       'marker 2 on alpha2',
     );

@@ -10,6 +10,7 @@ import { ShineClient, createIdentity, makeProfile } from '../../src/client/index
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 /** Resolves with the first event of op that matches; subscribe before causing it. */
@@ -191,6 +192,7 @@ const until = (condition: () => boolean, what: string, timeoutMs = 15_000): Prom
 describe('CLI smoke test', () => {
   it('serve starts a server and stops on SIGINT', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'shine-serve-'));
+    const db = await freshTestDb(dataDir);
     try {
       const serve = cli([
         'serve',
@@ -198,6 +200,10 @@ describe('CLI smoke test', () => {
         '0',
         '--data-dir',
         dataDir,
+        '--db',
+        db.url,
+        '--db-pool-size',
+        String(TEST_DB_POOL_SIZE),
         '--server-login',
         'gamma',
         '--log-level',
@@ -211,6 +217,7 @@ describe('CLI smoke test', () => {
       serve.kill('SIGINT');
       assert.equal((await serve.done).code, 0);
     } finally {
+      await db.drop();
       await rm(dataDir, { recursive: true, force: true });
     }
   });

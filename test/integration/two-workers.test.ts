@@ -3,14 +3,14 @@
  * compare-and-set on row_version).
  *
  * Setup, all real: three `shine serve` processes. A1 and A2 are the same logical server `alpha` (same
- * SHINE_SERVER_KEY_SEED_B64, same SHINE_PUBLIC_WS_URL) on two ports, sharing one SQLite file through
- * SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
- * server, the real recipient. Before the servers start, the test process migrates the shared file (so
+ * SHINE_SERVER_KEY_SEED_B64, same SHINE_PUBLIC_WS_URL) on two ports, sharing one database (freshTestDb:
+ * a SQLite file, or PostgreSQL under SHINE_TEST_DB=postgres) through SHINE_DB, each with its own connection and its own worker ticking every 50 ms. B (`beta`) is bob's
+ * server, the real recipient. Before the servers start, the test process migrates the shared database (so
  * they do not race on migrations) and stores bob's profile in it as imported, as A would after a
- * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through A1 (B then
- * imports alice's profile).
+ * GetUserProfile to B. Alice registers on A1, bob on B, and one warm-up pair goes through each of A1
+ * and A2 (B then imports alice's profile, and both have their connection to B).
  *
- * Then, while both workers poll, the test opens a third connection to the file and stores ROWS pairs
+ * Then, while both workers poll, the test opens a third connection to the database and stores ROWS pairs
  * with the store's own storePair in one burst, each with a delivery row `accepted`, attempt 0, due now
  * (the shape replication gives a pair nobody has tried yet, docs/protocol.md §6.8). Both workers see the same due
  * rows within a tick and race for them.
@@ -36,18 +36,20 @@ import { after, before, describe, it } from 'node:test';
 import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
 import { toBase64 } from '../../src/protocol/bytes.js';
-import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
-import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import type { Store } from '../../src/server/store/types.js';
 import { connectIdentity, metricSum, profileOf } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
+import type { TestDb } from '../helpers/test-db.js';
+import { freshTestDb, openTestStore } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const ROWS = 1000;
 
-describe('two workers sharing one SQLite database', () => {
+describe('two workers sharing one database', () => {
   let sharedDir: string;
-  let store: SqliteStore;
+  let db: TestDb;
+  let store: Store;
   const servers: ServerProcess[] = [];
   const clients: ShineClient[] = [];
   const alice = createIdentity('alice');
@@ -55,8 +57,8 @@ describe('two workers sharing one SQLite database', () => {
 
   before(async () => {
     sharedDir = await mkdtemp(join(tmpdir(), 'shine-shared-'));
-    const dbPath = join(sharedDir, 'shine.sqlite');
-    store = openSqliteStore({ path: dbPath, sync: 'full' });
+    db = await freshTestDb(sharedDir);
+    store = await openTestStore(db.url);
     await store.migrate();
     await store.directory.putUser(profileOf(bob, ['beta']), 'imported', Date.now());
     const [pA1, pA2, pB] = await Promise.all([freePort(), freePort(), freePort()]);
@@ -66,19 +68,31 @@ describe('two workers sharing one SQLite database', () => {
       SHINE_SERVER_LOGIN: 'alpha',
       SHINE_SERVER_KEY_SEED_B64: toBase64(randomBytes(32)),
       SHINE_PUBLIC_WS_URL: `ws://127.0.0.1:${pA1}/ws`,
-      SHINE_DB: `sqlite:${dbPath}`,
+      SHINE_DB: db.url,
+      SHINE_DB_POOL_SIZE: '3',
       SHINE_PEERS: `beta=ws://127.0.0.1:${pB}/ws`,
       SHINE_WORKER_TICK_MS: '50',
       SHINE_S2S_TIMEOUT_MS: '500',
       // Quick retries for a call that timed out; the last offset is never reached, so no row can fail.
-      SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,3600000',
+      // Offsets count from acceptance, and on a loaded machine B may take half a minute to take the whole
+      // burst (on PostgreSQL every call is a transaction of its own): a call timing out after the last
+      // quick offset would wait the hour.
+      SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,5000,8000,12000,20000,30000,3600000',
     };
     const started = await Promise.allSettled([
       startServerProcess({ port: pA1!, env: alpha }),
       startServerProcess({ port: pA2!, env: alpha }),
       startServerProcess({
         port: pB!,
-        env: { SHINE_LOG_LEVEL: logLevel, SHINE_SERVER_LOGIN: 'beta', SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws` },
+        env: {
+          SHINE_LOG_LEVEL: logLevel,
+          SHINE_SERVER_LOGIN: 'beta',
+          SHINE_PEERS: `alpha=ws://127.0.0.1:${pA1}/ws`,
+          // B takes up to 2 × 32 calls at once, each within A's 500 ms timeout. On PostgreSQL every call
+          // is a transaction of its own (no group commit): with the test pool of 3 a burst outlasts the
+          // timeout, rows run out of quick retries and wait an hour. B is not what this test checks.
+          SHINE_DB_POOL_SIZE: '10',
+        },
       }),
     ]);
     for (const s of started) if (s.status === 'fulfilled') servers.push(s.value);
@@ -89,6 +103,7 @@ describe('two workers sharing one SQLite database', () => {
     await Promise.all(clients.map((c) => c.close()));
     await Promise.all(servers.map((s) => s.close()));
     await store?.close();
+    await db?.drop();
     if (sharedDir) await rm(sharedDir, { recursive: true, force: true });
   });
 
@@ -103,12 +118,20 @@ describe('two workers sharing one SQLite database', () => {
     clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bob-phone'));
     const aliceOnA1 = await connectIdentity(a1.wsUrl, alice, ['alpha'], 'alice-phone');
     clients.push(aliceOnA1);
-    const warm = await aliceOnA1.sendText('bob', 'warm-up');
-    // Only what comes after the warm-up is counted: its row must be settled and the workers idle.
+    const aliceOnA2 = await connectIdentity(a2.wsUrl, alice, ['alpha'], 'alice-laptop');
+    clients.push(aliceOnA2);
+    // One warm-up through each process (the one that stores a pair runs its first attempt), so both have
+    // their connection to B before the burst: a first ServerAuth made during it would queue behind the
+    // burst's calls at B and outlast the 500 ms timeout, attempt after attempt.
+    const warm = [await aliceOnA1.sendText('bob', 'warm-up 1'), await aliceOnA2.sendText('bob', 'warm-up 2')];
+    // Only what comes after the warm-up is counted: its rows must be settled and the workers idle.
     await waitUntil(
-      async () => (await store.delivery.getDelivery(warm.outgoingKey))?.state === 'delivered' && (await idle()),
+      async () => {
+        const rows = await Promise.all(warm.map((w) => store.delivery.getDelivery(w.outgoingKey)));
+        return rows.every((r) => r?.state === 'delivered') && (await idle());
+      },
       15_000,
-      'warm-up delivered',
+      'warm-ups delivered',
     );
     const callsBefore = await receiveCalls();
     const errorsBefore = await both('shine_s2s_errors_total');
@@ -136,11 +159,11 @@ describe('two workers sharing one SQLite database', () => {
 
     await waitUntil(
       async () => (await store.delivery.countDeliveriesByState()).accepted === 0 && (await idle()),
-      45_000,
+      60_000,
       'every row terminal and both workers idle',
     );
 
-    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 1, failed: 0 });
+    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 0, delivered: ROWS + 2, failed: 0 });
     const rows = await Promise.all(stored.map((r) => store.delivery.getDelivery(r.outgoing.messageKey)));
     assert.ok(
       rows.every((r) => r?.state === 'delivered' && r.leaseUntilMs === null),

@@ -86,6 +86,31 @@ describe('BackgroundQueue', () => {
     await queue.drain();
     assert.equal(late, false, 'no task starts after close');
   });
+
+  it('untilAborted on an aborted signal rejects at once and still observes the promise it was given', async () => {
+    const controller = new AbortController();
+    controller.abort(new Error('server shutting down'));
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      let failCall!: (err: Error) => void;
+      const p = new Promise<never>((_, reject) => (failCall = reject));
+      await assert.rejects(untilAborted(p, controller.signal), /server shutting down/);
+      // The call fails after the abort (the peers close): nobody awaits it any more, and that is fine.
+      failCall(new Error('pool closed'));
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('untilAborted settles as the promise does while the signal stays unaborted', async () => {
+    const controller = new AbortController();
+    assert.equal(await untilAborted(Promise.resolve(7), controller.signal), 7);
+    await assert.rejects(untilAborted(Promise.reject(new Error('peer down')), controller.signal), /peer down/);
+  });
 });
 
 describe('untilAborted', () => {

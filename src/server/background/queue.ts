@@ -60,16 +60,16 @@ export class BackgroundQueue {
   }
 }
 
-/** Settles as p does, or rejects as soon as signal aborts (p itself runs on, unobserved). */
+/**
+ * Settles as p does, or rejects as soon as signal aborts (p itself runs on). p is observed even when the
+ * signal was aborted before the call: a peer call that fails later, when shutdown closes the peers, must
+ * not surface as an unhandled rejection (a slower store makes that ordering common).
+ */
 export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    // Nobody waits for p any more; its failure (a peer pool closing under it) must not go unhandled.
-    p.catch(() => {});
-    return Promise.reject(signal.reason as Error);
-  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason as Error);
-    signal.addEventListener('abort', onAbort, { once: true });
     p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
   });
 }
