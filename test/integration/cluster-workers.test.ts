@@ -114,9 +114,9 @@ describe('delivery workers of three processes of one server', () => {
     assert.deepEqual(new Set(states), new Set(['accepted']), 'beta down: every pair accepted, none delivered');
     assert.equal(states.length, ROWS);
 
-    // From here on, every ReceiveIncomingMessage the relay passes reaches beta.
+    // From here on, every ReceiveIncomingMessage the relay passes reaches beta. Counting starts before
+    // beta comes back: workers reach it as soon as it listens, before restart() has seen it ready.
     const passed = new Map<string, number>();
-    await beta.restart();
     relay.filter = (frame) => {
       if (frame?.op === 'ReceiveIncomingMessage') {
         const blob = String(frame.payload?.incomingBlobB64);
@@ -135,6 +135,7 @@ describe('delivery workers of three processes of one server', () => {
         )
       ).reduce((a, b) => a + b, 0);
     const firstDeliveredAtRestart = await firstDelivered();
+    await beta.restart();
 
     const accepted = async () =>
       (await adminGet<{ rows: unknown[] }>(cluster.processes[0]!.httpUrl, '/debug/delivery?state=accepted&limit=1'))

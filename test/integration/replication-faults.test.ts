@@ -90,6 +90,9 @@ async function setup(scripts: Record<string, Script>, syncMaxPages: number) {
   const log = createLogger('warn', (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
   const net = await startNetwork({ servers: [replicationServer('alpha2', { syncMaxPages, log })] });
   const a2 = net.servers[0]!;
+  // The start-up cycle ends before the peer and users exist (on PostgreSQL it may still be taking its
+  // lock): what the tests' own cycles pull is theirs alone.
+  await syncNow(a2.httpUrl);
   await a2.ctx.store.directory.putServer(fakeServer('alpha1', peer.url).descriptor, 'static');
   for (const owner of Object.keys(scripts))
     await a2.ctx.store.directory.putUser(makeUser(owner, ['alpha1', 'alpha2']).profile, 'local', Date.now());

@@ -41,7 +41,7 @@ import { connectIdentity, metricSum, profileOf } from '../helpers/federated-proc
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
 import type { TestDb } from '../helpers/test-db.js';
-import { freshTestDb, openTestStore } from '../helpers/test-db.js';
+import { freshRedisPrefix, freshTestDb, openTestStore, testRedisUrl } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const ROWS = 1000;
@@ -78,6 +78,8 @@ describe('two workers sharing one database', () => {
       // burst (on PostgreSQL every call is a transaction of its own): a call timing out after the last
       // quick offset would wait the hour.
       SHINE_RETRY_SCHEDULE_MS: '0,1000,2000,3000,5000,8000,12000,20000,30000,3600000',
+      // Several processes on PostgreSQL need Redis (without it the second refuses to start).
+      ...(db.kind === 'postgres' ? { SHINE_REDIS_URL: testRedisUrl(), SHINE_REDIS_PREFIX: freshRedisPrefix() } : {}),
     };
     const started = await Promise.allSettled([
       startServerProcess({ port: pA1!, env: alpha }),
