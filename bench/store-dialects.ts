@@ -30,7 +30,7 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
   const dir = mkdtempSync(join(tmpdir(), 'shine-bench-db-'));
   const configFile = join(dir, 'config.json');
   writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
-  const db = await freshTestDb(dir, kind);
+  const db = await freshTestDb(dir, kind, { durable: true });
   const env: Record<string, string> = {
     SHINE_DB: db.url,
     SHINE_LOG_LEVEL: 'warn',

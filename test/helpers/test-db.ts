@@ -41,8 +41,15 @@ export interface TestDb {
   drop(): Promise<void>;
 }
 
-/** A fresh SQLite file under dataDir, or a fresh PostgreSQL database, as kind (default testDbKind()) says. */
-export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind()): Promise<TestDb> {
+/**
+ * A fresh SQLite file under dataDir, or a fresh PostgreSQL database, as kind (default testDbKind()) says.
+ * PostgreSQL test databases commit without waiting for the WAL flush unless durable (benchmarks).
+ */
+export async function freshTestDb(
+  dataDir: string,
+  kind: TestDbKind = testDbKind(),
+  opts: { durable?: boolean } = {},
+): Promise<TestDb> {
   if (kind === 'sqlite') {
     const path = join(dataDir, 'shine.sqlite');
     return {
@@ -55,7 +62,8 @@ export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind
     };
   }
   const name = `${testDbPrefix()}${randomBytes(6).toString('hex')}`;
-  await createDatabase(name);
+  const durable = opts.durable ?? false;
+  await createDatabase(name, durable);
   const url = new URL(adminUrl());
   url.pathname = `/${name}`;
   return {
@@ -63,7 +71,7 @@ export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind
     kind,
     reset: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await createDatabase(name);
+      await createDatabase(name, durable);
     },
     drop: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -76,9 +84,9 @@ export async function freshTestDb(dataDir: string, kind: TestDbKind = testDbKind
  * what they check is unchanged, and a flush per commit stalls every test on a shared machine (the SQLite
  * servers of federation tests likewise run with sqliteSync 'normal').
  */
-async function createDatabase(name: string): Promise<void> {
+async function createDatabase(name: string, durable: boolean): Promise<void> {
   await adminQuery(`CREATE DATABASE ${name}`);
-  await adminQuery(`ALTER DATABASE ${name} SET synchronous_commit = off`);
+  if (!durable) await adminQuery(`ALTER DATABASE ${name} SET synchronous_commit = off`);
 }
 
 async function adminQuery(sql: string): Promise<void> {
