@@ -1,0 +1,234 @@
+/**
+ * Federated delivery between two `shine serve` processes on this machine: alice<i>@A (`alpha`) →
+ * bob<i>@B (`beta`), every pair delivered by A's first attempt (ReceiveIncomingMessage to B) or, if
+ * that is late, its worker. Measures
+ *  - throughput: `clients` concurrent senders with `window` requests in flight each, pairs/s counted
+ *    from the first send until the last pair is `delivered` (answer or DmDeliveryStateChanged event);
+ *  - fixedRate: `rate` pairs/s for `seconds` s, p50/p99/max latency from send to `delivered`;
+ * with both servers' CPU (percent of one core, per phase) and peak RSS. Client, A and B share the
+ * machine's cores. Both servers get the per-connection rate limit lifted (UNLIMITED_RATE): the default
+ * 200 requests/s would measure the limit (429s), not the delivery path.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { BuiltPair, ShineClient } from '../../src/client/index.js';
+import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
+import { messageKeyOf } from '../../src/protocol/container.js';
+import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
+import type { ServerProcess } from '../../test/helpers/server-process.js';
+import { UNLIMITED_RATE } from './send-load.js';
+
+export interface FederatedSendOptions {
+  clients: number;
+  /** Pairs per client in the throughput phase. */
+  pairs: number;
+  /** Requests in flight per client in the throughput phase. */
+  window: number;
+  /** Pairs per second in the fixed-rate phase. */
+  rate: number;
+  seconds: number;
+  sync: 'full' | 'normal';
+}
+
+export interface FederatedSendResult {
+  durability: string;
+  throughput: {
+    pairs: number;
+    clients: number;
+    window: number;
+    pairsPerSecDelivered: number;
+    pairsPerSecAnswered: number;
+    secondsUntilAllDelivered: number;
+    sendToDeliveredMsP50: number;
+    sendToDeliveredMsP99: number;
+    errors: Record<string, number>;
+    cpuPercentOfOneCore: { A: number; B: number };
+  };
+  fixedRate: {
+    targetPairsPerSec: number;
+    achievedSendRate: number;
+    seconds: number;
+    pairs: number;
+    sendToDeliveredMsP50: number;
+    sendToDeliveredMsP99: number;
+    sendToDeliveredMsMax: number;
+    errors: Record<string, number>;
+    cpuPercentOfOneCore: { A: number; B: number };
+  };
+  peakRssMiB: { A: number; B: number };
+}
+
+const DELIVERY_DEADLINE_MS = 60_000;
+
+/** When each pair was sent and when its sender learnt it was delivered. */
+class Tracker {
+  private readonly sentAt = new Map<string, number>();
+  private readonly deliveredAt = new Map<string, number>();
+  private waiter: (() => void) | null = null;
+  readonly errors: Record<string, number> = {};
+
+  sent(key: string): void {
+    this.sentAt.set(key, performance.now());
+  }
+
+  delivered(key: string): void {
+    if (this.deliveredAt.has(key)) return;
+    this.deliveredAt.set(key, performance.now());
+    if (this.deliveredAt.size === this.sentAt.size) this.waiter?.();
+  }
+
+  failed(code: string): void {
+    this.errors[code] = (this.errors[code] ?? 0) + 1;
+  }
+
+  /** Resolves with the time the last pair was delivered, once every sent pair is. */
+  async allDelivered(): Promise<number> {
+    const all = new Promise<void>((resolve) => {
+      this.waiter = resolve;
+      if (this.deliveredAt.size >= this.sentAt.size) resolve();
+    });
+    const timeout = sleep(DELIVERY_DEADLINE_MS).then(() => {
+      throw new Error(
+        `only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${DELIVERY_DEADLINE_MS} ms`,
+      );
+    });
+    await Promise.race([all, timeout]);
+    return Math.max(...this.deliveredAt.values());
+  }
+
+  latenciesMs(): number[] {
+    return [...this.sentAt].map(([k, t]) => this.deliveredAt.get(k)! - t).sort((a, b) => a - b);
+  }
+}
+
+const pct = (sorted: number[], p: number): number =>
+  Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
+
+/** Sends one pair and records its answer; a `delivered` answer counts as the delivery. */
+async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {
+  const key = messageKeyOf(pair.outgoing);
+  tracker.sent(key);
+  try {
+    const answer = await client.request('SendMessagePair', {
+      incomingBlobB64: pair.incomingBlobB64,
+      outgoingBlobB64: pair.outgoingBlobB64,
+    });
+    if (answer.deliveryState === 'delivered') tracker.delivered(key);
+  } catch (err) {
+    tracker.failed(err instanceof ShineClientError ? err.code : String(err));
+    tracker.delivered(key); // counted as an error, not waited for
+  }
+}
+
+function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
+  const [a, b] = servers.map((s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
+  return { A: a!, B: b! };
+}
+
+/** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */
+export async function runFederatedSend(opts: FederatedSendOptions): Promise<FederatedSendResult> {
+  const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
+  const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
+  writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
+  const servers = await startFederatedProcesses([{ serverLogin: 'alpha' }, { serverLogin: 'beta' }], {
+    SHINE_SQLITE_SYNC: opts.sync,
+    SHINE_CONFIG_FILE: configFile,
+  });
+  const [a, b] = servers as [ServerProcess, ServerProcess];
+  const clients: ShineClient[] = [];
+  try {
+    const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
+    const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
+    for (const bob of recipients) clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bench'));
+    for (const c of clients.splice(0)) await c.close();
+    for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
+
+    let tracker = new Tracker();
+    for (const c of clients)
+      c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && tracker.delivered(e.outgoingKey));
+    // Warm-up: A imports each bob's profile, B each alice's, and the server-to-server socket opens.
+    await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
+
+    // Signing and encryption are the clients' work: done before each clock starts.
+    const base = Date.now() - 60_000;
+    const build = (i: number, k: number): BuiltPair =>
+      textPair(
+        senders[i]!,
+        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
+        `message ${k} from alice${i}`,
+        { timeMs: base + k },
+      );
+
+    // 1. Throughput until delivered.
+    const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
+    let cpu0 = servers.map((s) => s.cpuMs());
+    let t0 = performance.now();
+    await Promise.all(
+      clients.map(async (c, i) => {
+        let next = 0;
+        const lane = async (): Promise<void> => {
+          while (next < PAIRS) await send(c, burst[i]![next++]!, tracker);
+        };
+        await Promise.all(Array.from({ length: WINDOW }, lane));
+      }),
+    );
+    const answeredMs = performance.now() - t0;
+    let doneMs = (await tracker.allDelivered()) - t0;
+    const throughput = {
+      pairs: CLIENTS * PAIRS,
+      clients: CLIENTS,
+      window: WINDOW,
+      pairsPerSecDelivered: Math.round((CLIENTS * PAIRS) / (doneMs / 1000)),
+      pairsPerSecAnswered: Math.round((CLIENTS * PAIRS) / (answeredMs / 1000)),
+      secondsUntilAllDelivered: Number((doneMs / 1000).toFixed(2)),
+      sendToDeliveredMsP50: pct(tracker.latenciesMs(), 0.5),
+      sendToDeliveredMsP99: pct(tracker.latenciesMs(), 0.99),
+      errors: tracker.errors,
+      cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+    };
+
+    // 2. Latency at a fixed rate, round-robin over the senders.
+    const total = RATE * SECONDS;
+    const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
+    tracker = new Tracker();
+    cpu0 = servers.map((s) => s.cpuMs());
+    t0 = performance.now();
+    const inFlight: Promise<void>[] = [];
+    for (let n = 0; n < total; n++) {
+      const due = t0 + (n * 1000) / RATE;
+      const wait = due - performance.now();
+      if (wait > 1) await sleep(wait);
+      inFlight.push(send(clients[n % CLIENTS]!, paced[n]!, tracker));
+    }
+    const sendingMs = performance.now() - t0;
+    await Promise.all(inFlight);
+    doneMs = (await tracker.allDelivered()) - t0;
+    const lat = tracker.latenciesMs();
+    const fixedRate = {
+      targetPairsPerSec: RATE,
+      achievedSendRate: Math.round(total / (sendingMs / 1000)),
+      seconds: SECONDS,
+      pairs: total,
+      sendToDeliveredMsP50: pct(lat, 0.5),
+      sendToDeliveredMsP99: pct(lat, 0.99),
+      sendToDeliveredMsMax: Number(lat.at(-1)!.toFixed(1)),
+      errors: tracker.errors,
+      cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+    };
+
+    return {
+      durability:
+        opts.sync === 'full'
+          ? 'SQLite WAL + synchronous=FULL (both servers)'
+          : 'SQLite WAL + synchronous=NORMAL (both servers)',
+      throughput,
+      fixedRate,
+      peakRssMiB: { A: Math.round(a.peakRssKiB() / 1024), B: Math.round(b.peakRssKiB() / 1024) },
+    };
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await Promise.all(servers.map((s) => s.close()));
+  }
+}

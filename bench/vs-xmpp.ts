@@ -1,0 +1,196 @@
+/**
+ * SHiNE against Prosody in one run (issue 12's targets), one after the other on the same machine:
+ *  1. Prosody, the XMPP peer's two federated domains (a.localhost → b.localhost over s2s, default
+ *     in-memory profile): its bench.mjs phases `tput_s2s_receipts` (closed-loop cross-domain throughput
+ *     until every XEP-0184 receipt is back at the sender) and `lat_s2s` (open loop at RATE msg/s for
+ *     SECONDS s, one-way send → received p50/p99). The servers are restarted first (`./stop.sh &&
+ *     ./setup.sh`, as the peer's README asks for comparable numbers) unless BENCH_XMPP_RESTART=0.
+ *  2. SHiNE, bench/lib/federated-load.ts: A → B federated SendMessagePair, throughput until the sender
+ *     learns `delivered`, and send → delivered p50/p99 at RATE pairs/s for SECONDS s; per-connection
+ *     rate limit lifted on both servers (no 429s measured); SQLite WAL + synchronous=FULL, signed.
+ * Prints ONE JSON line with both sides, each side's durability, and the ratios (each says which way it
+ * reads). If the peer folder is missing or Prosody is not installed, the Prosody side is `skipped` with
+ * the reason and the ratios are null; SHiNE is still measured.
+ *
+ * Env: BENCH_XMPP_DIR (/tmp/xmpp-peer: a writable copy of the XMPP peer folder, readable by user
+ * prosody), BENCH_XMPP_RESTART (1), BENCH_RATE (200), BENCH_SECONDS (20, both sides), BENCH_CLIENTS
+ * (20), BENCH_PAIRS (150 per client), BENCH_WINDOW (4): SHiNE's throughput load, as in
+ * bench/federated-send.ts.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { runFederatedSend } from './lib/federated-load.js';
+
+const XMPP_DIR = process.env.BENCH_XMPP_DIR ?? '/tmp/xmpp-peer';
+const RESTART = process.env.BENCH_XMPP_RESTART !== '0';
+const RATE = Number(process.env.BENCH_RATE ?? 200);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 20);
+const PROSODY_DURABILITY =
+  'in memory: default profile, nothing written per message (internal file storage for accounts only, no archive, no offline store used)';
+
+type ProsodySide =
+  | { status: 'skipped'; reason: string; durability: string }
+  | {
+      status: 'measured' | 'failed';
+      version: string | null;
+      durability: string;
+      error?: string;
+      throughputWithReceiptsMsgPerSec: number | null;
+      throughput: unknown;
+      fixedRate: {
+        rate: number;
+        seconds: number;
+        msgs: number | null;
+        received: number | null;
+        oneWayMsP50: number | null;
+        oneWayMsP99: number | null;
+        oneWayMsMax: number | null;
+      };
+    };
+
+/** The part of bench.mjs's last stdout line read here (its README, "What bench.mjs measures"). */
+interface XmppBenchOutput {
+  peer_version?: string | null;
+  error?: string;
+  phases?: {
+    tput_s2s_receipts?: {
+      msgs: number;
+      senders: number;
+      window: number;
+      seconds: number;
+      throughput_msg_s: number | null;
+      receipt_rtt_under_load?: { p50_ms?: number; p99_ms?: number };
+      server_cpu_us_per_msg: number;
+    };
+    lat_s2s?: { msgs: number; received: number; p50_ms?: number; p99_ms?: number; max_ms?: number };
+  };
+}
+
+/** Why the Prosody side cannot run here, or null if it can. */
+function prosodyMissing(): string | null {
+  if (!existsSync(join(XMPP_DIR, 'bench.mjs')))
+    return `no XMPP peer at ${XMPP_DIR} (copy it: cp -r ../shared/peers/xmpp ${XMPP_DIR}, or set BENCH_XMPP_DIR)`;
+  if (!existsSync(join(XMPP_DIR, 'node_modules', '@xmpp', 'client')))
+    return `${XMPP_DIR} is not set up (run ./setup.sh there)`;
+  if (spawnSync('sh', ['-c', 'command -v prosodyctl']).status !== 0)
+    return `prosody is not installed (run ./setup.sh in ${XMPP_DIR})`;
+  return null;
+}
+
+function runProsody(): ProsodySide {
+  const missing = prosodyMissing();
+  if (missing) return { status: 'skipped', reason: missing, durability: PROSODY_DURABILITY };
+  if (RESTART) {
+    const r = spawnSync('sh', ['-c', './stop.sh; ./setup.sh'], {
+      cwd: XMPP_DIR,
+      stdio: ['ignore', 'ignore', 'inherit'],
+      timeout: 120_000,
+    });
+    if (r.status !== 0)
+      return {
+        status: 'skipped',
+        reason: `./stop.sh; ./setup.sh failed (${r.status ?? r.signal})`,
+        durability: PROSODY_DURABILITY,
+      };
+  }
+  const args = ['bench.mjs', '--profile', 'default', '--phases', 'tput_s2s_receipts,lat_s2s'];
+  args.push('--rate', String(RATE), '--duration', String(SECONDS));
+  const r = spawnSync(process.execPath, args, {
+    cwd: XMPP_DIR,
+    stdio: ['ignore', 'pipe', 'inherit'],
+    encoding: 'utf8',
+    timeout: 600_000,
+  });
+  const last = r.stdout.trim().split('\n').at(-1) ?? '';
+  let out: XmppBenchOutput;
+  try {
+    out = JSON.parse(last) as XmppBenchOutput;
+  } catch {
+    return {
+      status: 'skipped',
+      reason: `bench.mjs printed no JSON (exit ${r.status ?? r.signal})`,
+      durability: PROSODY_DURABILITY,
+    };
+  }
+  const t = out.phases?.tput_s2s_receipts;
+  const l = out.phases?.lat_s2s;
+  return {
+    status: out.error || r.status !== 0 ? 'failed' : 'measured',
+    version: out.peer_version ?? null,
+    durability: PROSODY_DURABILITY,
+    ...(out.error ? { error: String(out.error) } : {}),
+    throughputWithReceiptsMsgPerSec: t?.throughput_msg_s ?? null,
+    throughput: t
+      ? {
+          msgs: t.msgs,
+          senders: t.senders,
+          window: t.window,
+          seconds: t.seconds,
+          receiptRttUnderLoadMs: { p50: t.receipt_rtt_under_load?.p50_ms, p99: t.receipt_rtt_under_load?.p99_ms },
+          serverCpuUsPerMsg: t.server_cpu_us_per_msg,
+        }
+      : null,
+    fixedRate: {
+      rate: RATE,
+      seconds: SECONDS,
+      msgs: l?.msgs ?? null,
+      received: l?.received ?? null,
+      oneWayMsP50: l?.p50_ms ?? null,
+      oneWayMsP99: l?.p99_ms ?? null,
+      oneWayMsMax: l?.max_ms ?? null,
+    },
+  };
+}
+
+const ratio = (num: number | null | undefined, den: number | null | undefined): number | null =>
+  num == null || den == null || den === 0 ? null : Number((num / den).toFixed(2));
+
+const started = new Date().toISOString();
+const prosody = runProsody();
+const shine = await runFederatedSend({
+  clients: Number(process.env.BENCH_CLIENTS ?? 20),
+  pairs: Number(process.env.BENCH_PAIRS ?? 150),
+  window: Number(process.env.BENCH_WINDOW ?? 4),
+  rate: RATE,
+  seconds: SECONDS,
+  sync: 'full',
+});
+const p = prosody.status === 'skipped' ? null : prosody;
+const throughputRatio = ratio(shine.throughput.pairsPerSecDelivered, p?.throughputWithReceiptsMsgPerSec);
+const p99Ratio = ratio(p?.fixedRate.oneWayMsP99, shine.fixedRate.sendToDeliveredMsP99);
+const cpus = os.cpus();
+console.log(
+  JSON.stringify({
+    bench: 'vs-xmpp',
+    started,
+    finished: new Date().toISOString(),
+    machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version },
+    prosody,
+    shine: {
+      durability: `${shine.durability}, every pair signed by its sender and checked by both servers`,
+      throughputDeliveredPairsPerSec: shine.throughput.pairsPerSecDelivered,
+      throughput: shine.throughput,
+      fixedRate: shine.fixedRate,
+      peakRssMiB: shine.peakRssMiB,
+    },
+    ratios: {
+      throughput: {
+        value: throughputRatio,
+        reads:
+          'SHiNE federated pairs/s until delivered ÷ Prosody s2s msg/s with receipts; ≥ 1.0 = SHiNE at least as fast (target 1)',
+        targetMet: throughputRatio == null ? null : throughputRatio >= 1,
+      },
+      p99: {
+        value: p99Ratio,
+        reads: `Prosody one-way p99 ÷ SHiNE send → delivered p99, both at ${RATE}/s; ≥ 1.0 = SHiNE's p99 no higher (target 2)`,
+        targetMet: p99Ratio == null ? null : p99Ratio >= 1,
+      },
+      p50: {
+        value: ratio(p?.fixedRate.oneWayMsP50, shine.fixedRate.sendToDeliveredMsP50),
+        reads: 'Prosody p50 ÷ SHiNE p50 (same reading as p99; no target)',
+      },
+    },
+  }),
+);
