@@ -1,6 +1,10 @@
 /** Database rows as both dialects read them (integers as numbers, blobs as bytes), and their mapping. */
-import type { DeliveryState } from '../../protocol/ops.js';
-import type { DeliveryRow, StoredCopy } from './types.js';
+import { toBase64 } from '../../protocol/bytes.js';
+import type { DeliveryState, HistoryItem } from '../../protocol/ops.js';
+import type { PushSubscriptionRow } from '../push/store.js';
+import type { Container } from '../../protocol/container.js';
+import { baseKeyOf } from '../../protocol/container.js';
+import type { DeliveryRow, StoredCopy, StorePairInput } from './types.js';
 
 /** A signed_messages row as both dialects read it (integers as numbers, the blob as bytes). */
 export interface MessageDbRow {
@@ -67,4 +71,77 @@ export function toDeliveryRow(r: DeliveryDbRow): DeliveryRow {
     rowVersion: r.row_version,
     lastError: r.last_error,
   };
+}
+
+/** A push_subscriptions row as both dialects read it. */
+export interface PushDbRow {
+  endpoint: string;
+  owner_login: string;
+  device_id: string | null;
+  p256dh: string;
+  auth: string;
+  created_at_ms: number;
+  updated_at_ms: number;
+  last_success_at_ms: number | null;
+  last_error_at_ms: number | null;
+  last_error: string | null;
+  consecutive_failures: number;
+}
+
+/** The push_subscriptions columns a PushDbRow holds. */
+export const PUSH_COLUMNS = `endpoint, owner_login, device_id, p256dh, auth, created_at_ms, updated_at_ms, last_success_at_ms,
+  last_error_at_ms, last_error, consecutive_failures`;
+
+export const toPushSubscription = (r: PushDbRow): PushSubscriptionRow => ({
+  endpoint: r.endpoint,
+  ownerLogin: r.owner_login,
+  deviceId: r.device_id ?? '',
+  p256dh: r.p256dh,
+  auth: r.auth,
+  createdAtMs: r.created_at_ms,
+  updatedAtMs: r.updated_at_ms,
+  lastSuccessAtMs: r.last_success_at_ms,
+  lastErrorAtMs: r.last_error_at_ms,
+  lastError: r.last_error,
+  consecutiveFailures: r.consecutive_failures,
+});
+
+/** A history page from up to limit + 1 rows (newest first), each with its pair's delivery state. */
+export function toHistoryPage(
+  rows: readonly (MessageDbRow & { delivery_state: DeliveryState | null })[],
+  limit: number,
+): { items: HistoryItem[]; hasMore: boolean } {
+  const items = rows.slice(0, limit).map((r): HistoryItem => {
+    const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
+    return {
+      ...fields,
+      createdAtMs: r.created_at_ms,
+      readAtMs: r.read_at_ms,
+      deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
+      blobB64: toBase64(blob),
+    };
+  });
+  return { items, hasMore: rows.length > limit };
+}
+
+/**
+ * The values of a new delivery row for an outgoing copy, in column order from base_key to
+ * lease_until_ms (both dialects' INSERT INTO dm_delivery_state list its columns so).
+ */
+export function deliveryRowValues(
+  outgoing: Container,
+  d: NonNullable<StorePairInput['delivery']>,
+): (string | number | null)[] {
+  return [
+    baseKeyOf(outgoing),
+    outgoing.fromLogin,
+    outgoing.toLogin,
+    outgoing.revisionTimeMs,
+    outgoing.reencryptedAtMs,
+    d.state,
+    d.attempt,
+    d.acceptedAtMs,
+    d.nextAttemptAtMs,
+    d.leaseUntilMs ?? null,
+  ];
 }

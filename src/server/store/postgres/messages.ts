@@ -4,13 +4,12 @@
  * the facts rules.planCopy decides on cannot change before its plan is applied (types.ts, MessageStore).
  */
 import type pg from 'pg';
-import { toBase64 } from '../../../protocol/bytes.js';
 import type { Container } from '../../../protocol/container.js';
-import { baseKeyOf, ownerOf } from '../../../protocol/container.js';
+import { ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
-import { toStoredCopy } from '../rows.js';
+import { deliveryRowValues, toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, CopyFacts, CopyPlan, OutboxRow } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -76,18 +75,7 @@ export class PgMessageStore implements MessageStore {
                INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
                  reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
                  last_error, updated_at_ms)
-               VALUES (${key}, ${q.list([
-                 baseKeyOf(outgoing),
-                 outgoing.fromLogin,
-                 outgoing.toLogin,
-                 outgoing.revisionTimeMs,
-                 outgoing.reencryptedAtMs,
-                 d.state,
-                 d.attempt,
-                 d.acceptedAtMs,
-                 d.nextAttemptAtMs,
-                 d.leaseUntilMs ?? null,
-               ])}, 1, NULL, ${q.add(nowMs)})
+               VALUES (${key}, ${q.list(deliveryRowValues(outgoing, d))}, 1, NULL, ${q.add(nowMs)})
                ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
                  reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
                  accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
@@ -142,18 +130,7 @@ export class PgMessageStore implements MessageStore {
       [q.owner, q.peer, first, q.beforeTimeMs, q.beforeMessageKey, q.limit + 1],
     );
     const rows = r.rows;
-    const hasMore = rows.length > q.limit;
-    const items = rows.slice(0, q.limit).map((row): HistoryItem => {
-      const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(row);
-      return {
-        ...fields,
-        createdAtMs: row.created_at_ms,
-        readAtMs: row.read_at_ms,
-        deliveryState: row.message_type === 2 ? (row.delivery_state ?? 'accepted') : null,
-        blobB64: toBase64(blob),
-      };
-    });
-    return { items, hasMore };
+    return toHistoryPage(rows, q.limit);
   }
 
   async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {

@@ -1,38 +1,9 @@
 /** The push area's tables on PostgreSQL (push_subscriptions; VAPID keys in server_meta). */
 import type { PushStore, PushSubscriptionRow, UpsertSubscription } from '../../push/store.js';
+import type { PushDbRow } from '../rows.js';
+import { PUSH_COLUMNS, toPushSubscription } from '../rows.js';
 import type { PgDb } from './db.js';
 import { lockKey } from './db.js';
-
-interface Row {
-  endpoint: string;
-  owner_login: string;
-  device_id: string | null;
-  p256dh: string;
-  auth: string;
-  created_at_ms: number;
-  updated_at_ms: number;
-  last_success_at_ms: number | null;
-  last_error_at_ms: number | null;
-  last_error: string | null;
-  consecutive_failures: number;
-}
-
-const COLUMNS = `endpoint, owner_login, device_id, p256dh, auth, created_at_ms, updated_at_ms, last_success_at_ms,
-  last_error_at_ms, last_error, consecutive_failures`;
-
-const toSubscription = (r: Row): PushSubscriptionRow => ({
-  endpoint: r.endpoint,
-  ownerLogin: r.owner_login,
-  deviceId: r.device_id ?? '',
-  p256dh: r.p256dh,
-  auth: r.auth,
-  createdAtMs: r.created_at_ms,
-  updatedAtMs: r.updated_at_ms,
-  lastSuccessAtMs: r.last_success_at_ms,
-  lastErrorAtMs: r.last_error_at_ms,
-  lastError: r.last_error,
-  consecutiveFailures: r.consecutive_failures,
-});
 
 export class PgPushStore implements PushStore {
   constructor(private readonly db: PgDb) {}
@@ -70,17 +41,19 @@ export class PgPushStore implements PushStore {
   }
 
   async getSubscription(endpoint: string): Promise<PushSubscriptionRow | null> {
-    const r = await this.db.query<Row>(`SELECT ${COLUMNS} FROM push_subscriptions WHERE endpoint = $1`, [endpoint]);
+    const r = await this.db.query<PushDbRow>(`SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE endpoint = $1`, [
+      endpoint,
+    ]);
     const row = r.rows[0];
-    return row ? toSubscription(row) : null;
+    return row ? toPushSubscription(row) : null;
   }
 
   async subscriptionsOf(owner: string): Promise<PushSubscriptionRow[]> {
-    const r = await this.db.query<Row>(
-      `SELECT ${COLUMNS} FROM push_subscriptions WHERE owner_login = $1 ORDER BY upsert_seq, endpoint`,
+    const r = await this.db.query<PushDbRow>(
+      `SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = $1 ORDER BY upsert_seq, endpoint`,
       [owner],
     );
-    return r.rows.map(toSubscription);
+    return r.rows.map(toPushSubscription);
   }
 
   async recordPushResult(endpoint: string, nowMs: number, error: string | null): Promise<void> {

@@ -1,9 +1,8 @@
 /** The delivery area on SQLite: dm_delivery_state, one row per outgoing pair (docs/protocol.md §6). */
 import type { Container } from '../../../protocol/container.js';
-import { baseKeyOf } from '../../../protocol/container.js';
 import type { DeliveryState } from '../../../protocol/ops.js';
 import type { DeliveryDbRow } from '../rows.js';
-import { toDeliveryRow } from '../rows.js';
+import { deliveryRowValues, toDeliveryRow } from '../rows.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate, StorePairInput } from '../types.js';
 import type { SqliteDb } from './db.js';
 import { SqliteArea } from './db.js';
@@ -31,20 +30,7 @@ export function startDeliveryTx(
        last_error = NULL, updated_at_ms = excluded.updated_at_ms
      WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
            > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
-  ).run(
-    outgoingKey,
-    baseKeyOf(outgoing),
-    outgoing.fromLogin,
-    outgoing.toLogin,
-    outgoing.revisionTimeMs,
-    outgoing.reencryptedAtMs,
-    d.state,
-    d.attempt,
-    d.acceptedAtMs,
-    d.nextAttemptAtMs,
-    d.leaseUntilMs ?? null,
-    nowMs,
-  );
+  ).run(outgoingKey, ...deliveryRowValues(outgoing, d), nowMs);
 }
 
 /** The state of an outgoing copy's delivery row, or null when it has none. */

@@ -2,12 +2,11 @@
  * The messages area on SQLite: stored copies (signed_messages), tombstones, and the outbox rows and
  * delivery rows that follow a copy in the same transaction. What a copy does is decided by ../rules.ts.
  */
-import { toBase64 } from '../../../protocol/bytes.js';
 import type { Container } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
-import { toStoredCopy } from '../rows.js';
+import { toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, OutboxRow, StoredRevision } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -213,18 +212,7 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
       q.beforeMessageKey,
       q.limit + 1,
     ) as (MessageDbRow & { delivery_state: DeliveryState | null })[];
-    const hasMore = rows.length > q.limit;
-    const items = rows.slice(0, q.limit).map((r): HistoryItem => {
-      const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
-      return {
-        ...fields,
-        createdAtMs: r.created_at_ms,
-        readAtMs: r.read_at_ms,
-        deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
-        blobB64: toBase64(blob),
-      };
-    });
-    return { items, hasMore };
+    return toHistoryPage(rows, q.limit);
   }
 
   async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {

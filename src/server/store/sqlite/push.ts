@@ -1,38 +1,9 @@
 /** The push area's tables on SQLite (push_subscriptions; VAPID keys in server_meta). */
 import type { PushStore, PushSubscriptionRow, UpsertSubscription } from '../../push/store.js';
+import type { PushDbRow } from '../rows.js';
+import { PUSH_COLUMNS, toPushSubscription } from '../rows.js';
 import { SqliteArea } from './db.js';
 import { readMeta } from './meta.js';
-
-interface Row {
-  endpoint: string;
-  owner_login: string;
-  device_id: string | null;
-  p256dh: string;
-  auth: string;
-  created_at_ms: number;
-  updated_at_ms: number;
-  last_success_at_ms: number | null;
-  last_error_at_ms: number | null;
-  last_error: string | null;
-  consecutive_failures: number;
-}
-
-const COLUMNS = `endpoint, owner_login, device_id, p256dh, auth, created_at_ms, updated_at_ms, last_success_at_ms,
-  last_error_at_ms, last_error, consecutive_failures`;
-
-const toSubscription = (r: Row): PushSubscriptionRow => ({
-  endpoint: r.endpoint,
-  ownerLogin: r.owner_login,
-  deviceId: r.device_id ?? '',
-  p256dh: r.p256dh,
-  auth: r.auth,
-  createdAtMs: r.created_at_ms,
-  updatedAtMs: r.updated_at_ms,
-  lastSuccessAtMs: r.last_success_at_ms,
-  lastErrorAtMs: r.last_error_at_ms,
-  lastError: r.last_error,
-  consecutiveFailures: r.consecutive_failures,
-});
 
 export class SqlitePushStore extends SqliteArea implements PushStore {
   upsertSubscription(input: UpsertSubscription): Promise<{ dropped: number }> {
@@ -73,16 +44,16 @@ export class SqlitePushStore extends SqliteArea implements PushStore {
   }
 
   async getSubscription(endpoint: string): Promise<PushSubscriptionRow | null> {
-    const row = this.sql(`SELECT ${COLUMNS} FROM push_subscriptions WHERE endpoint = ?`).get(endpoint) as
-      Row | undefined;
-    return row ? toSubscription(row) : null;
+    const row = this.sql(`SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE endpoint = ?`).get(endpoint) as
+      PushDbRow | undefined;
+    return row ? toPushSubscription(row) : null;
   }
 
   async subscriptionsOf(owner: string): Promise<PushSubscriptionRow[]> {
     const rows = this.sql(
-      `SELECT ${COLUMNS} FROM push_subscriptions WHERE owner_login = ? ORDER BY upsert_seq, endpoint`,
-    ).all(owner) as Row[];
-    return rows.map(toSubscription);
+      `SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = ? ORDER BY upsert_seq, endpoint`,
+    ).all(owner) as PushDbRow[];
+    return rows.map(toPushSubscription);
   }
 
   recordPushResult(endpoint: string, nowMs: number, error: string | null): Promise<void> {
