@@ -8,6 +8,7 @@
  *
  * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL).
  */
+import { machine } from './lib/machine.js';
 import { createRequire } from 'node:module';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -141,16 +142,12 @@ if (summary.dmRows !== EVENTS || summary.errors !== 0)
   throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
 const eventsPerSec = EVENTS / seconds;
 
-const cpus = os.cpus();
 console.log(
   JSON.stringify({
     bench: 'catch-up',
     date: new Date().toISOString(),
     machine: {
-      cpu: cpus[0]?.model ?? 'unknown',
-      cores: cpus.length,
-      node: process.version,
-      platform: `${process.platform}-${process.arch}`,
+      ...machine(),
       loadAvg1mBefore: loadBefore,
     },
     durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',

@@ -7,6 +7,7 @@
  *
  * Env: BENCH_TERMINAL_ROWS (1000000), BENCH_SCANS (2000).
  */
+import { machine } from './lib/machine.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -92,17 +93,11 @@ try {
   const counts = await store.delivery.countDeliveriesByState();
   await store.close();
 
-  const cpus = os.cpus();
   console.log(
     JSON.stringify({
       bench: 'due-scan',
       date: new Date().toISOString(),
-      machine: {
-        cpu: cpus[0]?.model ?? 'unknown',
-        cores: cpus.length,
-        node: process.version,
-        platform: `${process.platform}-${process.arch}`,
-      },
+      machine: machine(),
       durability: 'SQLite WAL + synchronous=FULL (the default; the scan itself is a read)',
       query: `store.delivery.dueDeliveries(now, ${LIMIT})`,
       scans: SCANS,

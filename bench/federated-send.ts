@@ -8,7 +8,7 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_RATE (200),
  * BENCH_SECONDS (10), BENCH_SYNC (full).
  */
-import os from 'node:os';
+import { machine } from './lib/machine.js';
 import { runFederatedSend } from './lib/federated-load.js';
 
 const r = await runFederatedSend({
@@ -19,17 +19,11 @@ const r = await runFederatedSend({
   seconds: Number(process.env.BENCH_SECONDS ?? 10),
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
 });
-const cpus = os.cpus();
 console.log(
   JSON.stringify({
     bench: 'federated-send',
     date: new Date().toISOString(),
-    machine: {
-      cpu: cpus[0]?.model ?? 'unknown',
-      cores: cpus.length,
-      node: process.version,
-      platform: `${process.platform}-${process.arch}`,
-    },
+    machine: machine(),
     durability: r.durability,
     setup:
       'A and B are separate `shine serve` processes on loopback, s2sAuth required, per-connection rate limit lifted; client, A and B share the cores',

@@ -12,9 +12,10 @@
  * Env: BENCH_OWNERS (50), BENCH_SUBS (subscriptions per owner, 2), BENCH_MESSAGES (per owner, 50),
  * BENCH_CONCURRENCY (requests in flight, the default 16), BENCH_SYNC (full | normal).
  */
+import { machine } from './lib/machine.js';
 import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import os, { tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import webpush from 'web-push';
 import { startServer } from '../src/server/app.js';
@@ -102,7 +103,7 @@ async function main(): Promise<void> {
         JSON.stringify({
           bench: 'webpush-queue',
           date: new Date().toISOString(),
-          machine: { cpu: os.cpus()[0]?.model, cores: os.cpus().length, node: process.version },
+          machine: machine(),
           durability: `WAL+synchronous=${SYNC.toUpperCase()} (health written per answer)`,
           subscriptions: OWNERS * SUBS,
           pushes: queued,

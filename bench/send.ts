@@ -6,8 +6,9 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
  * client, 1), BENCH_SYNC (full,normal).
  */
+import { machine } from './lib/machine.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import os, { tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServerProcess } from '../test/helpers/server-process.js';
 import { UNLIMITED_RATE, runSendLoad } from './lib/send-load.js';
@@ -46,7 +47,7 @@ console.log(
   JSON.stringify({
     bench: 'send-pairs',
     date: new Date().toISOString(),
-    machine: { cpu: os.cpus()[0]?.model, cores: os.cpus().length, node: process.version },
+    machine: machine(),
     clients: CLIENTS,
     window: WINDOW,
     recipient: 'local (same server)',

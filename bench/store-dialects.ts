@@ -12,9 +12,10 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 300), BENCH_WINDOW (requests in flight per
  * client, 2), SHINE_TEST_PG_URL / SHINE_TEST_REDIS_URL (the machine's defaults).
  */
+import { machine } from './lib/machine.js';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import os, { tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import type { ServerProcess } from '../test/helpers/server-process.js';
@@ -85,7 +86,7 @@ console.log(
   JSON.stringify({
     bench: 'store-dialects',
     date: new Date().toISOString(),
-    machine: { cpu: os.cpus()[0]?.model, cores: os.cpus().length, node: process.version },
+    machine: machine(),
     clients: CLIENTS,
     window: WINDOW,
     recipient: 'local (same server)',

@@ -2,7 +2,7 @@
  * Ed25519 and container verification throughput. Prints one JSON line.
  * Usage: npx tsx bench/verify.ts [--ms=2000]   (time spent on each measurement, in 4 interleaved rounds)
  */
-import os from 'node:os';
+import { machine } from './lib/machine.js';
 import { fromHex } from '../src/protocol/bytes.js';
 import { decodeContainer, encodeSigned, verifyContainer } from '../src/protocol/container.js';
 import type { SignatureVerifier } from '../src/protocol/ed25519.js';
@@ -80,7 +80,6 @@ for (let round = 0; round < ROUNDS; round++) {
 const perSec = (name: OpName): number => Math.round(best[name]);
 const ratio = (name: OpName): number => Number((best[name] / best.rawSodium).toFixed(3));
 
-const cpus = os.cpus();
 console.log(
   JSON.stringify({
     bench: 'verify',
@@ -96,12 +95,7 @@ console.log(
     containerToRaw: { [`bytes${VECTOR.length}`]: ratio('container134'), [`bytes${big.length}`]: ratio('container1k') },
     measureMs: MEASURE_MS,
     method: `best of ${ROUNDS} interleaved rounds`,
-    machine: {
-      cpu: cpus[0]?.model ?? 'unknown',
-      cores: cpus.length,
-      node: process.version,
-      platform: `${process.platform}-${process.arch}`,
-    },
+    machine: machine(),
     date: new Date().toISOString(),
   }),
 );

@@ -17,9 +17,9 @@
  * (20), BENCH_PAIRS (150 per client), BENCH_WINDOW (4): SHiNE's throughput load, as in
  * bench/federated-send.ts.
  */
+import { machine } from './lib/machine.js';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import os from 'node:os';
 import { join } from 'node:path';
 import { runFederatedSend } from './lib/federated-load.js';
 
@@ -160,13 +160,12 @@ const shine = await runFederatedSend({
 const p = prosody.status === 'skipped' ? null : prosody;
 const throughputRatio = ratio(shine.throughput.pairsPerSecDelivered, p?.throughputWithReceiptsMsgPerSec);
 const p99Ratio = ratio(p?.fixedRate.oneWayMsP99, shine.fixedRate.sendToDeliveredMsP99);
-const cpus = os.cpus();
 console.log(
   JSON.stringify({
     bench: 'vs-xmpp',
     started,
     finished: new Date().toISOString(),
-    machine: { cpu: cpus[0]?.model ?? 'unknown', cores: cpus.length, node: process.version },
+    machine: machine(),
     prosody,
     shine: {
       durability: `${shine.durability}, every pair signed by its sender and checked by both servers`,
