@@ -8,6 +8,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServerProcess, ServerProcessOptions } from './server-process.js';
+import type { WsProxy } from './ws-proxy.js';
+import { startWsProxy } from './ws-proxy.js';
 import { freePort, startServerProcess } from './server-process.js';
 import type { TestDb, TestDbKind } from './test-db.js';
 import { freshRedisPrefix, freshTestDb, testRedisUrl } from './test-db.js';
@@ -80,4 +82,53 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     throw err;
   }
   return { serverLogin, db, redis, env, processes, startProcess, close, [Symbol.asyncDispose]: close };
+}
+
+export interface ClusterBesideBeta {
+  readonly cluster: Cluster;
+  /** bob's server, one process. */
+  readonly beta: ServerProcess;
+  /** The relay in front of beta that the cluster's calls go through (the address in beta's descriptor). */
+  readonly relay: WsProxy;
+  close(): Promise<void>;
+}
+
+/**
+ * A cluster (its processes with clusterEnv, log level from SHINE_TEST_LOG_LEVEL, default `error`)
+ * and a server `beta` the cluster reaches through a WebSocket relay, so a test can count or hold what
+ * the cluster's processes send to beta.
+ */
+export async function startClusterBesideBeta(opts: {
+  processes: number;
+  clusterEnv: Record<string, string>;
+}): Promise<ClusterBesideBeta> {
+  const betaPort = await freePort();
+  const relay = await startWsProxy(`ws://127.0.0.1:${betaPort}/ws`);
+  const logLevel = process.env.SHINE_TEST_LOG_LEVEL ?? 'error';
+  let cluster: Cluster | undefined;
+  let beta: ServerProcess | undefined;
+  const close = async (): Promise<void> => {
+    await beta?.close();
+    await cluster?.close();
+    await relay.close();
+  };
+  try {
+    cluster = await startCluster({
+      processes: opts.processes,
+      env: { SHINE_LOG_LEVEL: logLevel, SHINE_PEERS: `beta=ws://127.0.0.1:${betaPort}/ws`, ...opts.clusterEnv },
+    });
+    beta = await startServerProcess({
+      port: betaPort,
+      env: {
+        SHINE_LOG_LEVEL: logLevel,
+        SHINE_SERVER_LOGIN: 'beta',
+        SHINE_PUBLIC_WS_URL: relay.wsUrl,
+        SHINE_PEERS: `cluster=${cluster.env.SHINE_PUBLIC_WS_URL}`,
+      },
+    });
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  return { cluster, beta, relay, close };
 }

@@ -21,14 +21,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
-import type { Cluster } from '../helpers/cluster.js';
-import { startCluster } from '../helpers/cluster.js';
+import type { Cluster, ClusterBesideBeta } from '../helpers/cluster.js';
+import { startClusterBesideBeta } from '../helpers/cluster.js';
 import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
-import { freePort, startServerProcess } from '../helpers/server-process.js';
 import { waitUntil } from '../helpers/wait.js';
 import type { WsProxy } from '../helpers/ws-proxy.js';
-import { startWsProxy } from '../helpers/ws-proxy.js';
 
 const ROWS = 100;
 const TOKEN = 'cluster-killed-token';
@@ -37,6 +35,7 @@ const S2S_TIMEOUT_MS = 8_000;
 const FIRST_LEASE_MS = 2 * S2S_TIMEOUT_MS;
 
 describe('a process of the server killed while its attempts hang at the peer', () => {
+  let setup: ClusterBesideBeta | undefined;
   let cluster: Cluster;
   let beta: ServerProcess;
   let relay: WsProxy;
@@ -45,36 +44,21 @@ describe('a process of the server killed while its attempts hang at the peer', (
   const bob = createIdentity('bob');
 
   before(async () => {
-    const betaPort = await freePort();
-    relay = await startWsProxy(`ws://127.0.0.1:${betaPort}/ws`);
-    const logLevel = process.env.SHINE_TEST_LOG_LEVEL ?? 'error';
-    cluster = await startCluster({
+    setup = await startClusterBesideBeta({
       processes: 3,
-      env: {
-        SHINE_LOG_LEVEL: logLevel,
+      clusterEnv: {
         SHINE_ADMIN_TOKEN: TOKEN,
-        SHINE_PEERS: `beta=ws://127.0.0.1:${betaPort}/ws`,
         SHINE_WORKER_TICK_MS: '100',
         SHINE_S2S_TIMEOUT_MS: String(S2S_TIMEOUT_MS),
         SHINE_FIRST_ATTEMPT_WAIT_MS: '200',
         SHINE_RETRY_SCHEDULE_MS: '0,2000,60000,120000,3600000',
       },
     });
-    beta = await startServerProcess({
-      port: betaPort,
-      env: {
-        SHINE_LOG_LEVEL: logLevel,
-        SHINE_SERVER_LOGIN: 'beta',
-        SHINE_PUBLIC_WS_URL: relay.wsUrl,
-        SHINE_PEERS: `cluster=${cluster.env.SHINE_PUBLIC_WS_URL}`,
-      },
-    });
+    ({ cluster, beta, relay } = setup);
   });
   after(async () => {
     await Promise.all(clients.map((c) => c.close()));
-    await beta?.close();
-    await cluster?.close();
-    await relay?.close();
+    await setup?.close();
   });
 
   it('its leased rows are taken over after the lease; every row delivered once, none attempted twice', async (t) => {

@@ -21,14 +21,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { ShineClient } from '../../src/client/index.js';
 import { createIdentity, textPair } from '../../src/client/index.js';
-import type { Cluster } from '../helpers/cluster.js';
-import { startCluster } from '../helpers/cluster.js';
+import type { Cluster, ClusterBesideBeta } from '../helpers/cluster.js';
+import { startClusterBesideBeta } from '../helpers/cluster.js';
 import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
-import { freePort, startServerProcess } from '../helpers/server-process.js';
 import { waitUntil } from '../helpers/wait.js';
 import type { WsProxy } from '../helpers/ws-proxy.js';
-import { startWsProxy } from '../helpers/ws-proxy.js';
 
 const ROWS = 1000;
 const PROCESSES = 3;
@@ -39,6 +37,7 @@ const TOKEN = 'cluster-workers-token';
 const SCHEDULE = [0, ...Array.from({ length: 117 }, (_, i) => 4_000 + i * 1_000), 3_600_000].join(',');
 
 describe('delivery workers of three processes of one server', () => {
+  let setup: ClusterBesideBeta | undefined;
   let cluster: Cluster;
   let beta: ServerProcess;
   let relay: WsProxy;
@@ -47,37 +46,21 @@ describe('delivery workers of three processes of one server', () => {
   const bob = createIdentity('bob');
 
   before(async () => {
-    const betaPort = await freePort();
-    relay = await startWsProxy(`ws://127.0.0.1:${betaPort}/ws`);
-    const logLevel = process.env.SHINE_TEST_LOG_LEVEL ?? 'error';
-    cluster = await startCluster({
+    setup = await startClusterBesideBeta({
       processes: PROCESSES,
-      env: {
-        SHINE_LOG_LEVEL: logLevel,
+      clusterEnv: {
         SHINE_ADMIN_TOKEN: TOKEN,
-        SHINE_PEERS: `beta=ws://127.0.0.1:${betaPort}/ws`,
         SHINE_WORKER_TICK_MS: '100',
         SHINE_S2S_TIMEOUT_MS: '3000',
         SHINE_FIRST_ATTEMPT_WAIT_MS: '300',
         SHINE_RETRY_SCHEDULE_MS: SCHEDULE,
       },
     });
-    beta = await startServerProcess({
-      port: betaPort,
-      env: {
-        SHINE_LOG_LEVEL: logLevel,
-        SHINE_SERVER_LOGIN: 'beta',
-        // The cluster dials beta through the relay (the URL in beta's descriptor).
-        SHINE_PUBLIC_WS_URL: relay.wsUrl,
-        SHINE_PEERS: `cluster=${cluster.env.SHINE_PUBLIC_WS_URL}`,
-      },
-    });
+    ({ cluster, beta, relay } = setup);
   });
   after(async () => {
     await Promise.all(clients.map((c) => c.close()));
-    await beta?.close();
-    await cluster?.close();
-    await relay?.close();
+    await setup?.close();
   });
 
   it(`${ROWS} rows due together: each reaches the recipient server once, by workers of every process`, async (t) => {
