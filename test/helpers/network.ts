@@ -11,7 +11,6 @@ import { startServer } from '../../src/server/app.js';
 import type { Clock } from '../../src/server/clock.js';
 import type { ConfigInput } from '../../src/server/config/config.js';
 import type { Logger } from '../../src/server/log.js';
-import { createServer } from 'node:net';
 import { freePort } from './server-process.js';
 import type { TestDb } from './test-db.js';
 import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
@@ -81,7 +80,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     })());
 
   try {
-    const ports = await Promise.all(opts.servers.map(() => restartablePort()));
+    const ports = await Promise.all(opts.servers.map(() => freePort()));
     const logins = opts.servers.map((spec, i) => spec.serverLogin ?? `server${i + 1}`);
     for (const [i, spec] of opts.servers.entries()) {
       const { clock = opts.clock, log, callPush, ...rest } = spec;
@@ -114,22 +113,4 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
     throw err;
   }
   return { servers, dbs, stop, start, close, [Symbol.asyncDispose]: close };
-}
-
-/**
- * A free loopback port below the kernel's ephemeral range (32768 and up on Linux). Port 0 would give an
- * ephemeral one, and while a test has that server stopped, the kernel may hand the same port out as the
- * source port of some outgoing connection: start() would then fail with EADDRINUSE.
- */
-async function restartablePort(): Promise<number> {
-  for (let tries = 0; tries < 50; tries++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const free = await new Promise<boolean>((resolve) => {
-      const probe = createServer();
-      probe.once('error', () => resolve(false));
-      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-  return freePort();
 }

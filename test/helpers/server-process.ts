@@ -29,14 +29,25 @@ export interface ServerProcess {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
+/**
+ * A free loopback port below the kernel's ephemeral range (32768 and up on Linux). Port 0 would give an
+ * ephemeral one, and between this probe and the server's own listen (or while a test has the server
+ * stopped) the kernel may hand that port out as the source port of some outgoing connection, and the
+ * server would fail with EADDRINUSE.
+ */
+export async function freePort(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    if (await canListen(port)) return port;
+  }
+  throw new Error('no free loopback port found below the ephemeral range');
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
   });
 }
 
