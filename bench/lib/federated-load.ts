@@ -45,6 +45,9 @@ export interface FederatedSendResult {
     sendToDeliveredMsP99: number;
     errors: Record<string, number>;
     cpuPercentOfOneCore: { A: number; B: number };
+    /** Database commits per pair on each server, and writes grouped into each commit. */
+    commitsPerPair: { A: number; B: number };
+    writesPerCommit: { A: number; B: number };
   };
   fixedRate: {
     targetPairsPerSec: number;
@@ -122,6 +125,15 @@ async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Pro
   }
 }
 
+/** A server's database commits and committed writes so far, from its /metrics. */
+async function commitStats(s: ServerProcess): Promise<{ commits: number; writes: number }> {
+  // Once more on a failure: the first try may reuse a kept-alive socket the server has just closed.
+  const get = async (): Promise<string> => (await fetch(`${s.httpUrl}/metrics`)).text();
+  const text = await get().catch(get);
+  const read = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  return { commits: read('shine_db_commits_total'), writes: read('shine_db_writes_total') };
+}
+
 function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
   const [a, b] = servers.map((s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
   return { A: a!, B: b! };
@@ -164,6 +176,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     // 1. Throughput until delivered.
     const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
     let cpu0 = servers.map((s) => s.cpuMs());
+    const commits0 = await Promise.all(servers.map(commitStats));
     let t0 = performance.now();
     await Promise.all(
       clients.map(async (c, i) => {
@@ -176,6 +189,12 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     );
     const answeredMs = performance.now() - t0;
     let doneMs = (await tracker.allDelivered()) - t0;
+    const commits1 = await Promise.all(servers.map(commitStats));
+    const [ca, cb] = commits1.map((c, i) => ({
+      commits: c.commits - commits0[i]!.commits,
+      writes: c.writes - commits0[i]!.writes,
+    })) as [{ commits: number; writes: number }, { commits: number; writes: number }];
+    const round2 = (x: number): number => Number(x.toFixed(2));
     const throughput = {
       pairs: CLIENTS * PAIRS,
       clients: CLIENTS,
@@ -187,6 +206,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsP99: pct(tracker.latenciesMs(), 0.99),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+      commitsPerPair: { A: round2(ca.commits / (CLIENTS * PAIRS)), B: round2(cb.commits / (CLIENTS * PAIRS)) },
+      writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
     };
 
     // 2. Latency at a fixed rate, round-robin over the senders.

@@ -129,6 +129,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     // After the transport: sessions close before presence is taken out of Redis.
     stoppers.push(['fanout', () => fanout.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
+    metrics.gauge('db_commits_total', 'Database transactions committed by this process', () => store.commitStats().commits);
+    metrics.gauge(
+      'db_writes_total',
+      'Writes committed by this process (SQLite groups the writes of one turn of the event loop into one commit)',
+      () => store.commitStats().writes,
+    );
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
     const peers = new PeerPool({

@@ -58,6 +58,12 @@ export interface ServerProcessOptions {
   stderr?: 'inherit' | 'ignore';
 }
 
+/**
+ * Extra Node.js flags for every server process, from SHINE_SERVER_NODE_ARGS (space-separated), e.g.
+ * `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile the servers a benchmark starts.
+ */
+const nodeArgs = (process.env.SHINE_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+
 export async function startServerProcess(opts: ServerProcessOptions = {}): Promise<ServerProcess> {
   const port = opts.port ?? (await freePort());
   const dataDir = mkdtempSync(join(tmpdir(), 'shine-proc-'));
@@ -76,7 +82,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
-    child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
+    child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/cli/main.ts', 'serve'], {
       env: {
         ...process.env,
         SHINE_HOST: '127.0.0.1',

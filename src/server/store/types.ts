@@ -344,6 +344,11 @@ export interface Store {
   readonly settings: SettingsStore;
   readonly push: PushStore;
   readonly processes: ProcessStore;
+  /**
+   * Transactions committed and writes in them since the store opened (SQLite groups many writes into
+   * one commit; on PostgreSQL each write is its own transaction), for /metrics and benchmarks.
+   */
+  commitStats(): { commits: number; writes: number };
   /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */
   migrate(): Promise<void>;
   /** Cheap liveness check for /healthz. */

@@ -50,6 +50,10 @@ export class PostgresStore implements Store {
     this.processes = new PgProcessStore(db);
   }
 
+  commitStats(): { commits: number; writes: number } {
+    return { commits: this.db.stats.commits, writes: this.db.stats.commits };
+  }
+
   migrate(): Promise<void> {
     return migratePostgres(this.db);
   }

@@ -53,6 +53,10 @@ export class SqliteStore implements Store {
     this.processes = new SqliteProcessStore(db);
   }
 
+  commitStats(): { commits: number; writes: number } {
+    return { commits: this.db.stats.commits, writes: this.db.stats.jobs };
+  }
+
   async migrate(): Promise<void> {
     this.db.migrate();
   }
