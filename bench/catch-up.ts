@@ -125,6 +125,7 @@ await using source = await startServerProcess({
     ...common,
     SHINE_SERVER_LOGIN: SOURCE,
     SHINE_DATA_DIR: sourceDir,
+    SHINE_DB: `sqlite:${join(sourceDir, 'shine.sqlite')}`,
     SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws`,
   },
 });

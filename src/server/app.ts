@@ -14,6 +14,7 @@ import type { Config, ConfigInput } from './config/config.js';
 import { UNFEDERATED_SERVER_LOGIN, bindConfigToPort, resolveConfig } from './config/config.js';
 import type { AppContext } from './context.js';
 import { sodiumVerifier } from './crypto/verifier.js';
+import { bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
 import { Directory } from './directory/service.js';
 import { DmService } from './dm/service.js';
 import { loadServerKey } from './keys.js';
@@ -172,7 +173,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     stoppers.push(['push', () => push.close()]);
     const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
+    const bulkVerifier = bulkVerifierFor(config.verifyThreads);
+    // After the replication that uses it has stopped.
+    stoppers.push(['verify threads', () => bulkVerifier.close()]);
     const replication = new ReplicationService({
+      bulkVerifier,
       config,
       clock,
       store,

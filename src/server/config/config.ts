@@ -2,6 +2,7 @@
  * Typed, validated server configuration (docs/protocol.md §10). Env, config file and flags all produce a
  * ConfigInput; resolveConfig applies the defaults and every cross-field check in one place.
  */
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fromBase64 } from '../../protocol/bytes.js';
 import { isValidLogin } from '../../protocol/login.js';
@@ -84,6 +85,8 @@ export interface Config {
   redisPrefix: string;
   /** Each process refreshes its heartbeat row this often; a row counts as live for 3 intervals (docs/protocol.md §9.2). */
   heartbeatIntervalMs: number;
+  /** Worker threads that check a replication page's signatures; 0 checks them on the event loop. */
+  verifyThreads: number;
 }
 
 /**
@@ -129,6 +132,7 @@ export interface ConfigInput {
   redisUrl?: string | undefined;
   redisPrefix?: string | undefined;
   heartbeatIntervalMs?: number | string | undefined;
+  verifyThreads?: number | string | undefined;
   /** `1`/`true` or `0`/`false` (or a boolean). */
   webPushAllowInsecure?: string | boolean | undefined;
   webPushReceipts?: string | boolean | undefined;
@@ -169,6 +173,11 @@ export const CONFIG_DEFAULTS = {
   pushTimeoutMs: 10_000,
   heartbeatIntervalMs: 5_000,
 } as const satisfies Partial<Config>;
+
+/** One thread per core beside the event loop's, at least one and at most four. */
+function defaultVerifyThreads(): number {
+  return Math.max(1, Math.min(4, availableParallelism() - 1));
+}
 
 /** The serverLogin of a server that is not federated (server ops answer LOCAL_SERVER_NOT_CONFIGURED). */
 export const UNFEDERATED_SERVER_LOGIN = 'local';
@@ -215,6 +224,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'redisUrl',
   'redisPrefix',
   'heartbeatIntervalMs',
+  'verifyThreads',
 ]);
 
 /** Raised for any invalid setting; the message names the field. */
@@ -304,6 +314,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     redisUrl: redisUrl(input.redisUrl),
     redisPrefix: nonEmpty('redisPrefix', input.redisPrefix ?? `shine:${serverLogin}:`),
     heartbeatIntervalMs: int('heartbeatIntervalMs', input.heartbeatIntervalMs ?? d.heartbeatIntervalMs, 1),
+    verifyThreads: int('verifyThreads', input.verifyThreads ?? defaultVerifyThreads(), 0),
   };
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);

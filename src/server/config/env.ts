@@ -37,6 +37,7 @@ export const ENV_VARS = {
   SHINE_REDIS_URL: 'redisUrl',
   SHINE_REDIS_PREFIX: 'redisPrefix',
   SHINE_HEARTBEAT_INTERVAL_MS: 'heartbeatIntervalMs',
+  SHINE_VERIFY_THREADS: 'verifyThreads',
 } as const satisfies Record<string, keyof ConfigInput>;
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';

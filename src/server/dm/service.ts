@@ -2,7 +2,7 @@
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
-import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem, verifyContainer } from '../../protocol/container.js';
+import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -17,6 +17,8 @@ import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
 import type { PushService } from '../push/service.js';
 import type { Fanout } from '../cluster/fanout.js';
+import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
+import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import type { Session, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 
@@ -107,17 +109,45 @@ export class DmService {
 
   /** Signatures by fromLogin's key, then the time bound: shared by every path that accepts copies. */
   async checkSigned(...copies: Container[]): Promise<void> {
-    const { directory, verifier, clock, config } = this.deps;
-    const first = copies[0]!;
-    const from = await directory.lookup(first.fromLogin);
-    if (!from) throw new ShineError('USER_NOT_FOUND', `unknown sender ${first.fromLogin}`);
-    if (!copies.every((c) => verifyContainer(c, from.signKey, verifier))) {
-      throw new ShineError('BAD_SIGNATURE', 'signature does not verify with the sender key');
+    const [problem] = await this.checkSignedRows([copies], inlineBulkVerifier(this.deps.verifier));
+    if (problem) throw problem;
+  }
+
+  /**
+   * checkSigned for many rows at once (a replication page): every signature goes to `bulk` in one call,
+   * so a verify pool checks them off the event loop. One answer per row: null, or the error checkSigned
+   * would throw for it.
+   */
+  async checkSignedRows(rows: readonly Container[][], bulk: BulkVerifier): Promise<(ShineError | null)[]> {
+    const { directory, clock, config } = this.deps;
+    const problems: (ShineError | null)[] = [];
+    const jobs: VerifyJob[] = [];
+    const rowOfJob: number[] = [];
+    for (const copies of rows) {
+      const first = copies[0]!;
+      const from = await directory.lookup(first.fromLogin);
+      if (!from) {
+        problems.push(new ShineError('USER_NOT_FOUND', `unknown sender ${first.fromLogin}`));
+        continue;
+      }
+      // A future revision would outrank every later edit, so all three times are bounded.
+      const latest = Math.max(first.timeMs, first.revisionTimeMs, first.reencryptedAtMs);
+      problems.push(
+        latest > clock.now() + config.maxTimeSkewMs
+          ? new ShineError('BAD_TIME', 'timeMs is too far in the future')
+          : null,
+      );
+      for (const c of copies) {
+        jobs.push({ signature: c.signature, message: c.bytes.subarray(0, c.signedLength), publicKey: from.signKey });
+        rowOfJob.push(problems.length - 1);
+      }
     }
-    // A future revision would outrank every later edit, so all three times are bounded.
-    const latest = Math.max(first.timeMs, first.revisionTimeMs, first.reencryptedAtMs);
-    if (latest > clock.now() + config.maxTimeSkewMs)
-      throw new ShineError('BAD_TIME', 'timeMs is too far in the future');
+    const verified = await bulk.verifyMany(jobs);
+    verified.forEach((ok, k) => {
+      if (!ok)
+        problems[rowOfJob[k]!] = new ShineError('BAD_SIGNATURE', 'signature does not verify with the sender key');
+    });
+    return problems;
   }
 
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */

@@ -12,6 +12,7 @@ import type { BackgroundQueue } from '../background/queue.js';
 import { untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
+import type { BulkVerifier } from '../crypto/verify-pool.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Directory } from '../directory/service.js';
 import type { DmService } from '../dm/service.js';
@@ -33,6 +34,8 @@ export interface ReplicationDeps {
   log: Logger;
   metrics: Metrics;
   background: BackgroundQueue;
+  /** Checks a page's signatures together (a verify pool: off the event loop). */
+  bulkVerifier: BulkVerifier;
 }
 
 export interface SyncBatchPayload {
@@ -370,16 +373,27 @@ export class ReplicationService {
     const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
       let after: SyncCursor = { storedAtMs: 0, key: '' };
+      // Pipelined: the request for page N+1 goes out (acking page N-1) while page N is checked and stored,
+      // so its acks ride on the request after next. An empty page with acks still owed is followed by one
+      // more request carrying them (which may bring rows committed meanwhile).
       let acks: string[] = [];
       let pages = 0;
+      let next = fetched(fetchPage(after, []));
       for (;;) {
-        const page = await fetchPage(after, acks);
-        if (page.items.length === 0) break;
+        const page = await next;
+        if (page.items.length === 0) {
+          if (acks.length === 0) break;
+          next = fetched(fetchPage(after, acks));
+          acks = [];
+          continue;
+        }
         if (!isAfter(page.next, after))
           throw new SyncProtocolError(`${op} cursor did not advance past ${after.storedAtMs}/${after.key}`);
         if (++pagesInPull > this.deps.config.syncMaxPages)
           throw new SyncProtocolError(`${op} still has more after ${this.deps.config.syncMaxPages} pages`);
         pages++;
+        after = page.next;
+        next = fetched(fetchPage(after, acks));
         const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
         acks = items.length > 0 ? await storeItems(items) : [];
         if (pass === 0 && acks.length < items.length) {
@@ -388,7 +402,6 @@ export class ReplicationService {
         }
         total += acks.length;
         this.pulled.inc({ kind }, acks.length);
-        after = page.next;
       }
       if (pages === 0) break;
     }
@@ -426,7 +439,7 @@ export class ReplicationService {
    */
   private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
     const { dm, store, clock, config } = this.deps;
-    const decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
+    const shaped: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
     for (const item of items) {
       try {
         const copies = item.blobsB64.map((b) => decodeBlob(b));
@@ -436,13 +449,22 @@ export class ReplicationService {
         const primary = copies.at(-1)!;
         const belongs = copies.length === 2 ? primary.fromLogin === owner : ownerOf(primary) === owner;
         if (!belongs || messageKeyOf(primary) !== item.primaryMessageKey) throw new Error(`not a row of ${owner}`);
-        await dm.checkSigned(...copies);
-        decoded.push({ item, copies });
+        shaped.push({ item, copies });
       } catch (err) {
         // One bad row must not stop the owner's replication: it is skipped (left unacked) and the rest goes on.
         this.refuseRow(peer, owner, item.primaryMessageKey, err instanceof Error ? err.message : String(err));
       }
     }
+    // Every signature of the page at once: with a verify pool, off the event loop.
+    const problems = await dm.checkSignedRows(
+      shaped.map((d) => d.copies),
+      this.deps.bulkVerifier,
+    );
+    const decoded = shaped.filter((d, i) => {
+      const problem = problems[i];
+      if (problem) this.refuseRow(peer, owner, d.item.primaryMessageKey, problem.message);
+      return !problem;
+    });
     const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));
     const remote = new Map<string, DeliveryStatusItem>();
     if (pairKeys.length > 0) {
@@ -492,6 +514,15 @@ export class ReplicationService {
     if (failed) throw failed.reason;
     return decoded.map((d) => d.item.syncId);
   }
+}
+
+/**
+ * A page request awaited later: marked handled now, so that if storing the page before it fails first
+ * (and the pull ends), its own failure is not an unhandled rejection.
+ */
+function fetched<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return p;
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
