@@ -66,6 +66,16 @@ interface SyncPage<Item> {
 }
 type FetchPage<Item> = (after: SyncCursor, acks: string[]) => Promise<SyncPage<Item>>;
 
+/**
+ * How a pull stores a page, in two steps: `check` starts as soon as the page arrives (while the page
+ * before it is still being written) and must not write; `write` stores what `check` kept and returns
+ * the syncIds to ack. A refused row is simply not among them.
+ */
+interface PageStorer<Item, Checked> {
+  check(items: Item[]): Promise<Checked>;
+  write(checked: Checked): Promise<string[]>;
+}
+
 /** The request fields both pull protocols share; each adds its own cursor key. */
 function syncRequest(owner: string, after: SyncCursor, acks: string[]) {
   return { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, limit: PAGE_LIMIT, ackSyncIds: acks };
@@ -304,35 +314,41 @@ export class ReplicationService {
       );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
     };
-    return this.pullAll(peer, owner, 'UserSettingsSyncBatch', fetchPage, async (items) => {
-      const { clock, config, store } = this.deps;
-      const acks: string[] = [];
-      for (const item of items) {
-        const value = fromBase64(item.valueB64);
-        const now = clock.now();
-        // The client's rule (SetUserSetting) holds for synced rows too: a future time would win every later edit.
-        const problem =
-          !value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128
-            ? 'bad settings row'
-            : item.updatedAtMs > now + config.maxTimeSkewMs
-              ? 'updatedAtMs is too far in the future'
-              : null;
-        if (problem) {
-          this.refuseRow(peer, owner, String(item.key), problem);
-          continue;
-        }
-        await store.settings.setSetting({
-          owner,
-          key: item.key,
-          value: value!,
-          updatedAtMs: item.updatedAtMs,
-          nowMs: now,
-          synced: true,
-        });
-        acks.push(item.syncId);
-      }
-      return acks;
+    return this.pullAll(peer, owner, 'UserSettingsSyncBatch', fetchPage, {
+      check: async (items) => items,
+      write: (items) => this.storeSettings(peer, owner, items),
     });
+  }
+
+  /** Applies a settings page (last writer wins); a row with a bad value or a future time is refused. */
+  private async storeSettings(peer: string, owner: string, items: SettingsSyncAnswer['items']): Promise<string[]> {
+    const { clock, config, store } = this.deps;
+    const acks: string[] = [];
+    for (const item of items) {
+      const value = fromBase64(item.valueB64);
+      const now = clock.now();
+      // The client's rule (SetUserSetting) holds for synced rows too: a future time would win every later edit.
+      const problem =
+        !value || typeof item.key !== 'string' || item.key.length === 0 || item.key.length > 128
+          ? 'bad settings row'
+          : item.updatedAtMs > now + config.maxTimeSkewMs
+            ? 'updatedAtMs is too far in the future'
+            : null;
+      if (problem) {
+        this.refuseRow(peer, owner, String(item.key), problem);
+        continue;
+      }
+      await store.settings.setSetting({
+        owner,
+        key: item.key,
+        value: value!,
+        updatedAtMs: item.updatedAtMs,
+        nowMs: now,
+        synced: true,
+      });
+      acks.push(item.syncId);
+    }
+    return acks;
   }
 
   private pullDm(peer: string, owner: string, signal: AbortSignal): Promise<number> {
@@ -343,7 +359,10 @@ export class ReplicationService {
       );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
     };
-    return this.pullAll(peer, owner, 'DmSyncBatch', fetchPage, (items) => this.storePage(peer, owner, items));
+    return this.pullAll(peer, owner, 'DmSyncBatch', fetchPage, {
+      check: (items) => this.checkPage(peer, owner, items),
+      write: (checked) => this.writePage(peer, owner, checked),
+    });
   }
 
   /** A row that is not stored: left unacked (it stays unsynced at the peer), counted and logged. */
@@ -360,12 +379,12 @@ export class ReplicationService {
    * first pass are passed over in the second). A peer whose cursor does not move forward, or that
    * pages past syncMaxPages, ends the pull with a SyncProtocolError. Returns rows stored.
    */
-  private async pullAll<Item extends { syncId: string }>(
+  private async pullAll<Item extends { syncId: string }, Checked>(
     peer: string,
     owner: string,
     op: 'DmSyncBatch' | 'UserSettingsSyncBatch',
     fetchPage: FetchPage<Item>,
-    storeItems: (items: Item[]) => Promise<string[]>,
+    storer: PageStorer<Item, Checked>,
   ): Promise<number> {
     const kind = op === 'DmSyncBatch' ? 'dm' : 'settings';
     let total = 0;
@@ -373,17 +392,25 @@ export class ReplicationService {
     const refused = new Set<string>();
     for (let pass = 0; pass < 2; pass++) {
       let after: SyncCursor = { storedAtMs: 0, key: '' };
-      // Pipelined: the request for page N+1 goes out (acking page N-1) while page N is checked and stored,
-      // so its acks ride on the request after next. An empty page with acks still owed is followed by one
-      // more request carrying them (which may bring rows committed meanwhile).
+      // Pipelined: the request for page N+1 goes out (acking page N-1) as soon as page N is taken, and
+      // page N+1 is checked as soon as it arrives, while page N is written; so page N's acks ride on the
+      // request for page N+2, the first one sent after they committed. An empty page with acks still
+      // owed is followed by one more request carrying them (which may bring rows committed meanwhile).
+      const request = (acks: string[]) =>
+        fetched(
+          fetchPage(after, acks).then((page) => {
+            const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
+            return { page, items, checked: items.length > 0 ? fetched(storer.check(items)) : null };
+          }),
+        );
       let acks: string[] = [];
       let pages = 0;
-      let next = fetched(fetchPage(after, []));
+      let next = request([]);
       for (;;) {
-        const page = await next;
+        const { page, items, checked } = await next;
         if (page.items.length === 0) {
           if (acks.length === 0) break;
-          next = fetched(fetchPage(after, acks));
+          next = request(acks);
           acks = [];
           continue;
         }
@@ -393,9 +420,8 @@ export class ReplicationService {
           throw new SyncProtocolError(`${op} still has more after ${this.deps.config.syncMaxPages} pages`);
         pages++;
         after = page.next;
-        next = fetched(fetchPage(after, acks));
-        const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
-        acks = items.length > 0 ? await storeItems(items) : [];
+        next = request(acks);
+        acks = checked ? await storer.write(await checked) : [];
         if (pass === 0 && acks.length < items.length) {
           const acked = new Set(acks);
           for (const i of items) if (!acked.has(i.syncId)) refused.add(i.syncId);
@@ -434,11 +460,11 @@ export class ReplicationService {
   }
 
   /**
-   * Verifies and stores one page silently (no events, no push, no forwarding); pairs get delivery rows
-   * per docs/protocol.md §6.8. Returns the syncIds to ack: a row that does not verify is skipped, not acked.
+   * Checks one DM page without writing: decodes it, keeps the owner's own rows whose signatures verify
+   * (the rest are refused and left unacked), and asks the peer which of its pairs were delivered.
    */
-  private async storePage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<string[]> {
-    const { dm, store, clock, config } = this.deps;
+  private async checkPage(peer: string, owner: string, items: DmSyncAnswer['items']): Promise<CheckedDmPage> {
+    const { dm } = this.deps;
     const shaped: { item: DmSyncAnswer['items'][number]; copies: Container[] }[] = [];
     for (const item of items) {
       try {
@@ -475,6 +501,15 @@ export class ReplicationService {
         this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
       }
     }
+    return { decoded, remote };
+  }
+
+  /**
+   * Stores a checked page silently (no events, no push, no forwarding); pairs get delivery rows per
+   * docs/protocol.md §6.8. Returns the syncIds to ack.
+   */
+  private async writePage(peer: string, owner: string, { decoded, remote }: CheckedDmPage): Promise<string[]> {
+    const { store, clock, config } = this.deps;
     const now = clock.now();
     const outbox = await this.pairOutboxes(
       peer,
@@ -514,6 +549,12 @@ export class ReplicationService {
     if (failed) throw failed.reason;
     return decoded.map((d) => d.item.syncId);
   }
+}
+
+/** A DM page that checkPage kept: its rows that verify, and the peer's delivery status of its pairs. */
+interface CheckedDmPage {
+  decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[];
+  remote: Map<string, DeliveryStatusItem>;
 }
 
 /**
