@@ -14,7 +14,7 @@ import type { Config, ConfigInput } from './config/config.js';
 import { UNFEDERATED_SERVER_LOGIN, bindConfigToPort, resolveConfig } from './config/config.js';
 import type { AppContext } from './context.js';
 import { sodiumVerifier } from './crypto/verifier.js';
-import { bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
+import { TurnBatcher, bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
 import { Directory } from './directory/service.js';
 import { DmService } from './dm/service.js';
 import { loadServerKey } from './keys.js';
@@ -130,7 +130,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     // After the transport: sessions close before presence is taken out of Redis.
     stoppers.push(['fanout', () => fanout.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
-    metrics.gauge('db_commits_total', 'Database transactions committed by this process', () => store.commitStats().commits);
+    metrics.gauge(
+      'db_commits_total',
+      'Database transactions committed by this process',
+      () => store.commitStats().commits,
+    );
     metrics.gauge(
       'db_writes_total',
       'Writes committed by this process (SQLite groups the writes of one turn of the event loop into one commit)',
@@ -171,11 +175,24 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const vapid = await loadVapidIdentity(config, pushStore);
     const push = new PushService({ config, clock, store: pushStore, fanout, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);
-    const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
-    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
+    // Stopped after the requests and the replication that use it.
     const bulkVerifier = bulkVerifierFor(config.verifyThreads);
-    // After the replication that uses it has stopped.
     stoppers.push(['verify threads', () => bulkVerifier.close()]);
+    const requestVerifier = config.verifyThreads > 0 ? new TurnBatcher(bulkVerifier) : undefined;
+    const dm = new DmService({
+      config,
+      clock,
+      store,
+      fanout,
+      directory,
+      verifier,
+      requestVerifier,
+      log,
+      delivery,
+      background,
+      push,
+    });
+    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       bulkVerifier,
       config,
