@@ -26,6 +26,7 @@ import { LocalFanout, RedisFanout } from './cluster/fanout.js';
 import { openStore } from './store/open.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
+import { checkDatabase } from './check/service.js';
 import { registerFederationOps } from './api/federation.js';
 import { registerReplicationOps } from './api/replication.js';
 import type { CallPush } from './calls/service.js';
@@ -129,7 +130,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     // After the transport: sessions close before presence is taken out of Redis.
     stoppers.push(['fanout', () => fanout.close()]);
     metrics.gauge('background_tasks_running', 'Background tasks running now', () => background.size);
-    metrics.gauge('db_commits_total', 'Database transactions committed by this process', () => store.commitStats().commits);
+    metrics.gauge(
+      'db_commits_total',
+      'Database transactions committed by this process',
+      () => store.commitStats().commits,
+    );
     metrics.gauge(
       'db_writes_total',
       'Writes committed by this process (SQLite groups the writes of one turn of the event loop into one commit)',
@@ -241,6 +246,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         replication,
         peers: { directory, trouble, connected: (server) => peers.connected(server) },
         processes,
+        check: (opts) => checkDatabase({ store, verifier, nowMs: () => clock.now() }, opts),
       }),
       ...pushAdminRoutes(push),
     ];
