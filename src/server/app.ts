@@ -203,6 +203,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const registry = new OpRegistry();
     registerAuthOps(registry, {
       config,
+      challenges: limits.limiter('challenge', config.challengeLimit),
       clock,
       directory,
       hub,
@@ -264,6 +265,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       dm,
       push,
       registry,
+      limiter: limits.limiter,
       adminRoutes,
     };
 
