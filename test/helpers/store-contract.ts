@@ -623,6 +623,10 @@ export function storeContract(factory: StoreFactory): void {
           'local',
           T0,
         );
+      await store.directory.putServer(
+        { serverLogin: 'here', wsUrl: 'ws://here.invalid/ws', signKeyB64: 'k', signatureB64: 's' },
+        'self',
+      );
       const specs = [1, 2, 3].map((i) => ({ from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }));
       for (const spec of specs) await putPair(store, spec);
       await store.devices.touchDevice('bob', 'phone', T0);
@@ -670,7 +674,7 @@ export function storeContract(factory: StoreFactory): void {
         outboxWithoutCopy: 1,
       });
       assert.deepEqual([found.problems, found.remaining], [3, 3]);
-      assert.deepEqual(Object.values(found.repaired), [false, 0, 0, 0, 0]);
+      assert.deepEqual(Object.values(found.repaired), [false, 0, 0, 0, 0, 0]);
 
       const repaired = await check(true);
       assert.deepEqual(repaired.repaired, {
@@ -679,6 +683,7 @@ export function storeContract(factory: StoreFactory): void {
         acksRemoved: 1,
         outboxRowsRemoved: 1,
         copiesRestored: 0,
+        outboxRowsRewritten: 0,
       });
       // The badly signed copy is reported, never deleted.
       assert.deepEqual([repaired.problems, repaired.remaining], [3, 1]);
@@ -696,6 +701,36 @@ export function storeContract(factory: StoreFactory): void {
       assert.equal(restored.repaired.copiesRestored, 1);
       assert.equal((await store.messages.getCopy(lost))?.messageKey, lost);
       assert.equal((await check(false)).orphans.outboxWithoutCopy, 0);
+
+      // An outbox row lost, another left at an older revision: both written again from their copy.
+      const [missing, behind] = [
+        messageKeyOf(testPair(specs[2]!).incoming),
+        messageKeyOf(testPair(specs[2]!).outgoing),
+      ];
+      await q('DELETE FROM dm_sync_outbox WHERE primary_message_key = ?', [missing]);
+      await q('UPDATE dm_sync_outbox SET sync_id = ?, synced = ? WHERE primary_message_key = ?', [
+        `${behind}:0:0x`,
+        true,
+        behind,
+      ]);
+      const stale = await check(false);
+      assert.deepEqual(stale.inconsistencies, { outboxBehindCopy: 1, deliveryAheadOfCopy: 0, outboxMissing: 1 });
+      assert.deepEqual(stale.examples.outboxMissing, [`bob|${missing}`]);
+      assert.equal((await check(true)).repaired.outboxRowsRewritten, 2);
+      const rewritten = await check(false);
+      assert.deepEqual([rewritten.inconsistencies.outboxBehindCopy, rewritten.inconsistencies.outboxMissing], [0, 0]);
+      const aliceRows = await store.replication.dmSyncPage({
+        owner: 'alice',
+        ackSyncIds: [],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 100,
+        maxBytes: 1 << 30,
+      });
+      const rewrittenRow = aliceRows.items.find((i) => i.primaryMessageKey === behind);
+      // The pair's outgoing copy carries both blobs again, unsynced.
+      assert.deepEqual(rewrittenRow?.syncId, `${behind}:0:0`);
+      assert.equal(rewrittenRow?.blobs.length, 2);
     });
   });
 }

@@ -30,8 +30,8 @@ export function registerCheck(program: Command): void {
       "Re-verifies every stored message (decoding and the sender's Ed25519 signature), finds rows that refer " +
         'to a message or device that does not exist and outbox or delivery rows that disagree with their ' +
         "message, and runs the database's own integrity check; prints the counts. With --repair it also fixes " +
-        'what has one safe fix (removes orphan rows, stores a message again from its outbox row, rebuilds ' +
-        'indexes) and says what it did; it never deletes a validly signed message. Opens the database the ' +
+        'what has one safe fix (removes orphan rows, stores a message again from its outbox row, writes ' +
+        'outbox rows again from their message, rebuilds indexes) and says what it did; it never deletes a validly signed message. Opens the database the ' +
         'server would (SHINE_DB, SHINE_DATA_DIR, --db), which may be in use by a running server; with --server ' +
         'it asks a running server instead (POST /admin/check, needs the admin token).\n\n' +
         'Exit status: 0 no problem left, 3 problems found that remain (without --repair: any problem), ' +
@@ -118,12 +118,14 @@ function printReport(r: CheckReport): void {
       `of an unknown device; left behind by deletes: ${o.deliveryWithoutCopy} delivery row(s), ` +
       `${o.acksWithoutCopy} acknowledgement(s)`,
     `inconsistencies: ${i.outboxBehindCopy} outbox row(s) of another revision than their message, ` +
+      `${i.outboxMissing} message(s) of a user of this server without an outbox row, ` +
       `${i.deliveryAheadOfCopy} delivery row(s) newer than their message`,
   ];
   if (r.repair) {
     const f = r.repaired;
     lines.push(
       `repaired: ${f.indexesRebuilt ? 'indexes rebuilt; ' : ''}${f.copiesRestored} message(s) stored again from the outbox, ` +
+        `${f.outboxRowsRewritten} outbox row(s) written again from their message; ` +
         `${f.outboxRowsRemoved} outbox row(s), ${f.deliveryRowsRemoved} delivery row(s) and ${f.acksRemoved} ` +
         'acknowledgement(s) removed',
     );

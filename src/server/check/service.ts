@@ -7,10 +7,12 @@ import { fromBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import {
   decodeContainer,
+  incomingKeyOf,
   isOutgoingType,
   messageKeyOf,
   ownerOf,
   pairedKeyOf,
+  syncIdOf,
   verifyContainer,
 } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
@@ -49,6 +51,8 @@ export interface CheckReport {
   inconsistencies: {
     /** Outbox rows whose syncId names another revision than their copy's. */
     outboxBehindCopy: number;
+    /** Copies of a user of this server without an outbox row. */
+    outboxMissing: number;
     /** Delivery rows of a newer revision than their outgoing copy. */
     deliveryAheadOfCopy: number;
   };
@@ -60,6 +64,8 @@ export interface CheckReport {
     outboxRowsRemoved: number;
     /** Copies stored again from their outbox row's validly signed blob. */
     copiesRestored: number;
+    /** Outbox rows written again from their copy (behind it, or missing). */
+    outboxRowsRewritten: number;
   };
   /** Problems found, not counting the leftovers of deletes. */
   problems: number;
@@ -93,6 +99,8 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
     integrity = await store.check.integrity();
   }
 
+  // Copies whose blob is not valid: their outbox rows are not rewritten from them.
+  const badCopies = new Set<string>();
   const containers = { checked: 0, undecodable: 0, badSignature: 0, unknownSender: 0, columnsMismatch: 0 };
   for (let after = ''; ;) {
     const page = await store.check.copiesPage(after, PAGE);
@@ -102,6 +110,7 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
       if (verdict.problem) {
         containers[verdict.problem]++;
         note(verdict.problem, row.messageKey);
+        badCopies.add(row.messageKey);
         continue;
       }
       const c = verdict.copy;
@@ -125,12 +134,20 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
     'acksWithoutCopy',
     'acksWithoutDevice',
     'outboxBehindCopy',
+    'outboxMissing',
     'deliveryAheadOfCopy',
   ] as const)
     for (const key of rows[kind]) note(kind, key);
   for (const o of rows.outboxWithoutCopy) note('outboxWithoutCopy', `${o.owner}|${o.primaryMessageKey}`);
 
-  const repaired = { indexesRebuilt, deliveryRowsRemoved: 0, acksRemoved: 0, outboxRowsRemoved: 0, copiesRestored: 0 };
+  const repaired = {
+    indexesRebuilt,
+    deliveryRowsRemoved: 0,
+    acksRemoved: 0,
+    outboxRowsRemoved: 0,
+    copiesRestored: 0,
+    outboxRowsRewritten: 0,
+  };
   if (opts.repair) {
     repaired.deliveryRowsRemoved = await store.check.removeDeliveriesWithoutCopy(rows.deliveryWithoutCopy);
     repaired.acksRemoved = await store.check.removeOrphanAcks();
@@ -142,6 +159,11 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
       else if (outcome === 'drop' && (await store.check.removeOutboxWithoutCopy(o.owner, o.primaryMessageKey)))
         repaired.outboxRowsRemoved++;
     }
+    for (const id of [...rows.outboxBehindCopy, ...rows.outboxMissing]) {
+      const cut = id.indexOf('|');
+      const [owner, key] = [id.slice(0, cut), id.slice(cut + 1)];
+      if (!badCopies.has(key) && (await rewriteOutbox(deps, owner, key))) repaired.outboxRowsRewritten++;
+    }
   }
 
   const found = {
@@ -152,6 +174,7 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
       rows.acksWithoutDevice.length +
       rows.outboxWithoutCopy.length +
       rows.outboxBehindCopy.length +
+      rows.outboxMissing.length +
       rows.deliveryAheadOfCopy.length,
   };
   const problems = found.integrity + found.containers + found.rows;
@@ -175,6 +198,7 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
     },
     inconsistencies: {
       outboxBehindCopy: rows.outboxBehindCopy.length,
+      outboxMissing: rows.outboxMissing.length,
       deliveryAheadOfCopy: rows.deliveryAheadOfCopy.length,
     },
     repaired,
@@ -248,4 +272,28 @@ async function restoreFromOutbox(
         ).outgoing
       : await deps.store.messages.storeCopy({ copy: own, nowMs, outbox, silent: true });
   return r.outcome === 'inserted' || r.outcome === 'updated' ? 'restored' : 'drop';
+}
+
+/**
+ * Writes a copy's outbox row again as storing it would have (a pair's outgoing copy with its incoming
+ * copy of the same revision), unsynced: the other server pulls it again, which changes nothing there if
+ * it has it.
+ */
+async function rewriteOutbox(deps: CheckDeps, owner: string, key: string): Promise<boolean> {
+  const copy = await deps.store.messages.getCopy(key);
+  if (!copy) return false;
+  const blobs = [copy.blob];
+  if (isOutgoingType(copy.messageType)) {
+    const partner = await deps.store.messages.getCopy(incomingKeyOf(key));
+    if (partner?.revisionTimeMs === copy.revisionTimeMs && partner.reencryptedAtMs === copy.reencryptedAtMs)
+      blobs.unshift(partner.blob);
+  }
+  return deps.store.check.rewriteOutbox({
+    owner,
+    primaryMessageKey: key,
+    syncId: syncIdOf(key, copy.revisionTimeMs, copy.reencryptedAtMs),
+    storedAtMs: deps.nowMs(),
+    blobs,
+    synced: false,
+  });
 }

@@ -28,6 +28,12 @@ export const CHECK_SQL = {
     JOIN signed_messages m ON m.message_key = o.primary_message_key AND m.owner_login = o.owner_login
     WHERE o.sync_id <> ${SYNC_ID_OF_COPY}
     ORDER BY 1`,
+  outboxMissing: `SELECT m.owner_login || '|' || m.message_key AS id FROM signed_messages m
+    WHERE NOT EXISTS (SELECT 1 FROM dm_sync_outbox o
+                      WHERE o.owner_login = m.owner_login AND o.primary_message_key = m.message_key)
+      AND EXISTS (SELECT 1 FROM user_access_servers_current a JOIN servers s ON s.server_login = a.server_login
+                  WHERE a.login = m.owner_login AND s.source = 'self')
+    ORDER BY 1`,
   deliveryAheadOfCopy: `SELECT d.outgoing_key AS id FROM dm_delivery_state d
     JOIN signed_messages m ON m.message_key = d.outgoing_key
     WHERE (d.revision_time_ms, d.reencrypted_at_ms) > (m.revision_time_ms, m.reencrypted_at_ms)
@@ -38,6 +44,8 @@ export const CHECK_SQL = {
                       WHERE m.message_key = session_deliveries.message_key AND m.owner_login = session_deliveries.owner_login)
        OR NOT EXISTS (SELECT 1 FROM session_devices v
                       WHERE v.owner_login = session_deliveries.owner_login AND v.device_id = session_deliveries.device_id)`,
+  /** The syncId of the current revision of copy m. */
+  syncIdOfCopy: SYNC_ID_OF_COPY,
   /** The condition (on table alias d) that a delivery row's pair has no copy; removals re-check it. */
   deliveryHasNoCopy: `NOT EXISTS (SELECT 1 FROM signed_messages m WHERE m.message_key = d.outgoing_key)
       AND NOT EXISTS (SELECT 1 FROM signed_messages m WHERE m.message_key = ${INCOMING_OF_DELIVERY})`,

@@ -17,6 +17,7 @@ import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
 import type { PushStore } from '../push/store.js';
+import type { OutboxRow } from './rules.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
 
@@ -365,6 +366,8 @@ export interface RowFindings {
   acksWithoutDevice: string[];
   /** Outbox rows (owner|key) whose syncId names another revision than their copy's. */
   outboxBehindCopy: string[];
+  /** Copies (owner|key) of a user of this server (an access server of theirs is this database's `self`) without an outbox row. */
+  outboxMissing: string[];
   /** Delivery rows (outgoing keys) whose revision is newer than their outgoing copy's. */
   deliveryAheadOfCopy: string[];
 }
@@ -384,6 +387,11 @@ export interface CheckStore {
   removeOutboxWithoutCopy(owner: string, primaryMessageKey: string): Promise<boolean>;
   /** Removes acknowledgements whose copy or device does not exist; returns how many. */
   removeOrphanAcks(): Promise<number>;
+  /**
+   * Writes the outbox row of a copy again (unsynced) if the owner's copy still has the row's revision
+   * (its syncId); true when written.
+   */
+  rewriteOutbox(row: OutboxRow): Promise<boolean>;
 }
 
 /** Every area of one database, with its lifecycle. Services take the areas they use, one by one. */

@@ -3,8 +3,9 @@
  * index of the schema exists and is valid and ready (pg_index), and, where the amcheck extension is
  * installed, runs bt_index_check on each of them. The row checks are the shared queries of ../check-sql.ts.
  */
-import { unpackBlobs } from '../blobs.js';
+import { packBlobs, unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
+import type { OutboxRow } from '../rules.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
 import type { PgDb } from './db.js';
 
@@ -104,6 +105,7 @@ export class PgCheckStore implements CheckStore {
       acksWithoutCopy: await ids(CHECK_SQL.acksWithoutCopy),
       acksWithoutDevice: await ids(CHECK_SQL.acksWithoutDevice),
       outboxBehindCopy: await ids(CHECK_SQL.outboxBehindCopy),
+      outboxMissing: await ids(CHECK_SQL.outboxMissing),
       deliveryAheadOfCopy: await ids(CHECK_SQL.deliveryAheadOfCopy),
     };
   }
@@ -128,5 +130,17 @@ export class PgCheckStore implements CheckStore {
 
   async removeOrphanAcks(): Promise<number> {
     return (await this.db.query(CHECK_SQL.removeOrphanAcks)).rowCount ?? 0;
+  }
+
+  async rewriteOutbox(row: OutboxRow): Promise<boolean> {
+    const r = await this.db.query(
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+       SELECT $1::text, $2::text, $3::text, $4::bigint, $5::bytea, false WHERE EXISTS (SELECT 1 FROM signed_messages m
+         WHERE m.message_key = $2 AND m.owner_login = $1 AND ${CHECK_SQL.syncIdOfCopy} = $3)
+       ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = false`,
+      [row.owner, row.primaryMessageKey, row.syncId, row.storedAtMs, Buffer.from(packBlobs(row.blobs))],
+    );
+    return r.rowCount === 1;
   }
 }

@@ -1,6 +1,7 @@
 /** The check area on SQLite (`shine check`): PRAGMA integrity_check, and the shared queries of ../check-sql.ts. */
-import { unpackBlobs } from '../blobs.js';
+import { packBlobs, unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
+import type { OutboxRow } from '../rules.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
 import { SqliteArea } from './db.js';
 
@@ -55,6 +56,7 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
       acksWithoutCopy: ids(CHECK_SQL.acksWithoutCopy),
       acksWithoutDevice: ids(CHECK_SQL.acksWithoutDevice),
       outboxBehindCopy: ids(CHECK_SQL.outboxBehindCopy),
+      outboxMissing: ids(CHECK_SQL.outboxMissing),
       deliveryAheadOfCopy: ids(CHECK_SQL.deliveryAheadOfCopy),
     };
   }
@@ -84,5 +86,27 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
 
   removeOrphanAcks(): Promise<number> {
     return this.db.write(() => this.sql(CHECK_SQL.removeOrphanAcks).run().changes);
+  }
+
+  rewriteOutbox(row: OutboxRow): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+           SELECT ?, ?, ?, ?, ?, 0 WHERE EXISTS (SELECT 1 FROM signed_messages m
+             WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?)
+           ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
+             stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = 0`,
+        ).run(
+          row.owner,
+          row.primaryMessageKey,
+          row.syncId,
+          row.storedAtMs,
+          packBlobs(row.blobs),
+          row.primaryMessageKey,
+          row.owner,
+          row.syncId,
+        ).changes === 1,
+    );
   }
 }
