@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import webpush from 'web-push';
 import { startServer } from '../src/server/app.js';
 import { makeSubscriptionKeys } from '../test/helpers/push-endpoint.js';
+import { LOOPBACK_LIMITS } from '../test/helpers/server-process.js';
 import { connectUser, makeUser } from '../test/helpers/users.js';
 
 const OWNERS = Number(process.env.BENCH_OWNERS ?? 50);
@@ -49,6 +50,7 @@ async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'shine-bench-push-'));
   try {
     const server = await startServer({
+      ...LOOPBACK_LIMITS,
       serverLogin: 'alpha',
       port: 0,
       dataDir,

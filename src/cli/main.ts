@@ -1,5 +1,6 @@
 /** The `shine` command line: runs a server, or acts as a thin SHiNE client over the SDK. */
 import { Command, CommanderError } from 'commander';
+import { registerCheck } from './commands/check.js';
 import { registerHistory } from './commands/history.js';
 import { registerIdentity } from './commands/identity.js';
 import { registerRegister } from './commands/register.js';
@@ -8,7 +9,7 @@ import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
 import { registerSync } from './commands/sync.js';
 import { registerWatch } from './commands/watch.js';
-import { EXIT, UsageError, describeError } from './errors.js';
+import { EXIT, ProblemsFoundError, UsageError, describeError } from './errors.js';
 
 function program(): Command {
   const shine = new Command('shine')
@@ -17,7 +18,8 @@ function program(): Command {
     .showHelpAfterError('(add --help for usage)')
     .addHelpText(
       'after',
-      '\nExit status: 0 done, 1 the operation failed, 2 the command line is wrong.\n' +
+      '\nExit status: 0 done, 1 the operation failed, 2 the command line is wrong,\n' +
+        '3 shine check found problems it did not repair.\n' +
         'Every command has its own help: shine <command> --help',
     );
   registerServe(shine);
@@ -28,6 +30,7 @@ function program(): Command {
   registerHistory(shine);
   registerSync(shine);
   registerStatus(shine);
+  registerCheck(shine);
   return shine;
 }
 
@@ -38,6 +41,10 @@ async function main(argv: string[]): Promise<number> {
   } catch (err) {
     // Commander has printed its own message (or the help) already.
     if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    if (err instanceof ProblemsFoundError) {
+      process.stderr.write(`shine: ${err.message}\n`);
+      return EXIT.problems;
+    }
     if (err instanceof UsageError) {
       process.stderr.write(`shine: ${err.message}\n(add --help for usage)\n`);
       return EXIT.usage;

@@ -27,6 +27,7 @@ import { LocalFanout, RedisFanout } from './cluster/fanout.js';
 import { openStore } from './store/open.js';
 import { Transport } from './transport/server.js';
 import { adminApi } from './api/admin.js';
+import { checkDatabase } from './check/service.js';
 import { registerFederationOps } from './api/federation.js';
 import { registerReplicationOps } from './api/replication.js';
 import type { CallPush } from './calls/service.js';
@@ -220,6 +221,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const registry = new OpRegistry();
     registerAuthOps(registry, {
       config,
+      challenges: limits.limiter('challenge', config.challengeLimit),
       clock,
       directory,
       hub,
@@ -263,6 +265,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         replication,
         peers: { directory, trouble, connected: (server) => peers.connected(server) },
         processes,
+        check: (opts) => checkDatabase({ store, verifier, nowMs: () => clock.now() }, opts),
       }),
       ...pushAdminRoutes(push),
     ];
@@ -280,6 +283,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       dm,
       push,
       registry,
+      limiter: limits.limiter,
       adminRoutes,
     };
 

@@ -13,6 +13,7 @@ import type { SessionHub } from './sessions.js';
 import type { Fanout } from './cluster/fanout.js';
 import type { Store } from './store/types.js';
 import type { AdminRoute } from './api/admin.js';
+import type { LimiterFactory } from './cluster/limits.js';
 
 export interface AppContext {
   readonly config: Config;
@@ -30,6 +31,8 @@ export interface AppContext {
   readonly dm: DmService;
   readonly push: PushService;
   readonly registry: OpRegistry;
+  /** Rate limits per key, shared by the processes of this server through Redis when it has Redis. */
+  readonly limiter: LimiterFactory;
   /** Routes behind the admin token under /admin and /debug. */
   readonly adminRoutes: readonly AdminRoute[];
 }

@@ -3,6 +3,8 @@ import type { EventFrame } from '../protocol/envelope.js';
 
 export interface Session {
   readonly id: string;
+  /** The source address of the connection (per-address limits, docs/protocol.md §5). */
+  readonly remoteAddress: string;
   /** Set by AuthLogin. */
   login: string | null;
   deviceId: string | null;

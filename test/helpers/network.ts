@@ -11,7 +11,7 @@ import { startServer } from '../../src/server/app.js';
 import type { Clock } from '../../src/server/clock.js';
 import type { ConfigInput } from '../../src/server/config/config.js';
 import type { Logger } from '../../src/server/log.js';
-import { freePort } from './server-process.js';
+import { LOOPBACK_LIMITS, freePort } from './server-process.js';
 import type { TestDb } from './test-db.js';
 import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
@@ -51,7 +51,7 @@ export interface TestNetwork extends AsyncDisposable {
  * Starts the servers in order. Defaults: serverLogin `server<N>` (1-based), host 127.0.0.1, port 0,
  * a fresh dataDir under the OS temp dir, a fresh database from freshTestDb (SQLite in the dataDir, or
  * PostgreSQL under SHINE_TEST_DB=postgres) unless the spec names one, log level from SHINE_TEST_LOG_LEVEL
- * (else silent).
+ * (else silent), and the per-address limits raised (LOOPBACK_LIMITS).
  */
 export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
   const servers: RunningServer[] = [];
@@ -102,6 +102,7 @@ export async function startNetwork(opts: NetworkOptions): Promise<TestNetwork> {
         db: db.url,
         dbPoolSize: TEST_DB_POOL_SIZE,
         logLevel: process.env.SHINE_TEST_LOG_LEVEL ?? 'silent',
+        ...LOOPBACK_LIMITS,
         ...(peers ? { peers } : {}),
         ...rest,
       };

@@ -5,8 +5,20 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ConfigInput } from '../../src/server/config/config.js';
 import type { TestDb } from './test-db.js';
 import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
+
+/**
+ * Every test server is reached from loopback, where all clients share one address: the per-address
+ * limits (docs/operations.md) are raised so that only the tests of those limits meet them.
+ */
+export const LOOPBACK_LIMITS: ConfigInput = { maxConnectionsPerAddress: 100_000, challengeLimit: '100000,100000' };
+/** LOOPBACK_LIMITS as a server process's environment. */
+export const LOOPBACK_LIMITS_ENV = {
+  SHINE_MAX_CONNECTIONS_PER_ADDRESS: '100000',
+  SHINE_CHALLENGE_LIMIT: '100000,100000',
+};
 
 export interface ServerProcess {
   readonly pid: number;
@@ -88,6 +100,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
         SHINE_HOST: '127.0.0.1',
         SHINE_PORT: String(port),
         SHINE_DATA_DIR: dataDir,
+        ...LOOPBACK_LIMITS_ENV,
         ...dbEnv,
         ...opts.env,
       },

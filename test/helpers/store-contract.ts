@@ -14,9 +14,12 @@ import {
   messageKeyOf,
   syncIdOf,
 } from '../../src/protocol/container.js';
+import { toBase64 } from '../../src/protocol/bytes.js';
+import { checkDatabase } from '../../src/server/check/service.js';
+import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
 import type { Store, StorePairInput } from '../../src/server/store/types.js';
 import type { PairSpec } from './containers.js';
-import { testPair } from './containers.js';
+import { publicKeyOf, testPair } from './containers.js';
 
 export const T0 = 1_774_700_000_000;
 
@@ -24,6 +27,11 @@ export const T0 = 1_774_700_000_000;
 export interface StoreFactory {
   readonly dialect: Store['dialect'];
   open(): Promise<Store>;
+  /**
+   * Runs SQL on the store's database behind its back (`?` placeholders, as queryTestDb): the tests of
+   * `shine check` corrupt a database on purpose.
+   */
+  query(store: Store, sql: string, params?: readonly unknown[]): Promise<Record<string, unknown>[]>;
 }
 
 const owners = (...logins: string[]) => ({ owners: new Map(logins.map((l) => [l, false])) });
@@ -603,6 +611,126 @@ export function storeContract(factory: StoreFactory): void {
       );
       assert.equal(await store.processes.exclusively('sync', async () => void ran++), true);
       assert.equal(ran, 2);
+    });
+    it('check: a clean database has no problem; corruption is found by kind; repair fixes what it says', async () => {
+      const store = await fresh();
+      const q = (sql: string, params: readonly unknown[] = []) => factory.query(store, sql, params);
+      const check = (repair: boolean) =>
+        checkDatabase({ store, verifier: sodiumVerifier, nowMs: () => T0 + 1_000 }, { repair });
+      for (const login of ['alice', 'bob'])
+        await store.directory.putUser(
+          { ...profile(login, ['here']), signKeyB64: toBase64(publicKeyOf(login)) },
+          'local',
+          T0,
+        );
+      await store.directory.putServer(
+        { serverLogin: 'here', wsUrl: 'ws://here.invalid/ws', signKeyB64: 'k', signatureB64: 's' },
+        'self',
+      );
+      const specs = [1, 2, 3].map((i) => ({ from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }));
+      for (const spec of specs) await putPair(store, spec);
+      await store.devices.touchDevice('bob', 'phone', T0);
+      await store.devices.ackForDevice('bob', 'phone', [messageKeyOf(testPair(specs[0]!).incoming)], T0);
+
+      const clean = await check(false);
+      assert.deepEqual(
+        [clean.containers.checked, clean.problems, clean.remaining, clean.integrity.problems],
+        [6, 0, 0, []],
+      );
+      assert.deepEqual(Object.values(clean.orphans), [0, 0, 0, 0]);
+
+      // A signature byte flipped, a delivery row of no message, an outbox row of no message, an
+      // acknowledgement of a device that does not exist.
+      const badKey = messageKeyOf(testPair(specs[1]!).incoming);
+      const [row] = await q('SELECT blob FROM signed_messages WHERE message_key = ?', [badKey]);
+      const blob = Buffer.from(row!.blob as Uint8Array);
+      blob[blob.length - 1]! ^= 0x01;
+      await q('UPDATE signed_messages SET blob = ? WHERE message_key = ?', [blob, badKey]);
+      const ghost = 'alice|bob|99|9|2';
+      await q(
+        `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+           reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
+           last_error, updated_at_ms) VALUES (?, 'alice|bob|99|9', 'alice', 'bob', 0, 0, 'accepted', 1, 1, 1, NULL, 1, NULL, 1)`,
+        [ghost],
+      );
+      await q(
+        `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+         VALUES ('alice', ?, ?, 1, ?, ?)`,
+        [ghost, `${ghost}:0:0`, Buffer.from([0, 0, 0, 2, 1, 2]), false],
+      );
+      await q(
+        `INSERT INTO session_deliveries (owner_login, device_id, message_key, revision_time_ms, reencrypted_at_ms,
+           acked_at_ms) VALUES ('bob', 'ghost-device', ?, 0, 0, 1)`,
+        [messageKeyOf(testPair(specs[2]!).incoming)],
+      );
+
+      const found = await check(false);
+      assert.equal(found.containers.badSignature, 1);
+      assert.deepEqual(found.examples.badSignature, [badKey]);
+      assert.deepEqual(found.orphans, {
+        deliveryWithoutCopy: 1,
+        acksWithoutCopy: 0,
+        acksWithoutDevice: 1,
+        outboxWithoutCopy: 1,
+      });
+      assert.deepEqual([found.problems, found.remaining], [3, 3]);
+      assert.deepEqual(Object.values(found.repaired), [false, 0, 0, 0, 0, 0]);
+
+      const repaired = await check(true);
+      assert.deepEqual(repaired.repaired, {
+        indexesRebuilt: false,
+        deliveryRowsRemoved: 1,
+        acksRemoved: 1,
+        outboxRowsRemoved: 1,
+        copiesRestored: 0,
+        outboxRowsRewritten: 0,
+      });
+      // The badly signed copy is reported, never deleted.
+      assert.deepEqual([repaired.problems, repaired.remaining], [3, 1]);
+      assert.ok(await store.messages.getCopy(badKey));
+      const after = await check(false);
+      assert.deepEqual([after.problems, after.containers.badSignature], [1, 1]);
+      assert.deepEqual(Object.values(after.orphans), [0, 0, 0, 0]);
+      assert.equal(await store.delivery.getDelivery(ghost), null);
+
+      // A copy lost while its outbox row is left: repair stores it again from the row's signed blobs.
+      const lost = messageKeyOf(testPair(specs[0]!).outgoing);
+      await q('DELETE FROM signed_messages WHERE message_key = ?', [lost]);
+      assert.equal((await check(false)).orphans.outboxWithoutCopy, 1);
+      const restored = await check(true);
+      assert.equal(restored.repaired.copiesRestored, 1);
+      assert.equal((await store.messages.getCopy(lost))?.messageKey, lost);
+      assert.equal((await check(false)).orphans.outboxWithoutCopy, 0);
+
+      // An outbox row lost, another left at an older revision: both written again from their copy.
+      const [missing, behind] = [
+        messageKeyOf(testPair(specs[2]!).incoming),
+        messageKeyOf(testPair(specs[2]!).outgoing),
+      ];
+      await q('DELETE FROM dm_sync_outbox WHERE primary_message_key = ?', [missing]);
+      await q('UPDATE dm_sync_outbox SET sync_id = ?, synced = ? WHERE primary_message_key = ?', [
+        `${behind}:0:0x`,
+        true,
+        behind,
+      ]);
+      const stale = await check(false);
+      assert.deepEqual(stale.inconsistencies, { outboxBehindCopy: 1, deliveryAheadOfCopy: 0, outboxMissing: 1 });
+      assert.deepEqual(stale.examples.outboxMissing, [`bob|${missing}`]);
+      assert.equal((await check(true)).repaired.outboxRowsRewritten, 2);
+      const rewritten = await check(false);
+      assert.deepEqual([rewritten.inconsistencies.outboxBehindCopy, rewritten.inconsistencies.outboxMissing], [0, 0]);
+      const aliceRows = await store.replication.dmSyncPage({
+        owner: 'alice',
+        ackSyncIds: [],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 100,
+        maxBytes: 1 << 30,
+      });
+      const rewrittenRow = aliceRows.items.find((i) => i.primaryMessageKey === behind);
+      // The pair's outgoing copy carries both blobs again, unsynced.
+      assert.deepEqual(rewrittenRow?.syncId, `${behind}:0:0`);
+      assert.equal(rewrittenRow?.blobs.length, 2);
     });
   });
 }

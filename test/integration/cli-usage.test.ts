@@ -13,6 +13,7 @@ describe('CLI: help and usage errors', () => {
       ['send', '--to <login>'],
       ['serve', '--public-ws-url <value>'],
       ['status', '--admin-token <token>'],
+      ['check', '--repair'],
     ] as const) {
       const r = await home.run([cmd, '--help']);
       assert.equal(r.code, 0, r.stderr);

@@ -195,7 +195,8 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     dataDir = await mkdtemp(join(tmpdir(), 'shine-dir-'));
     const directoryFile = join(dataDir, 'directory.json');
     await writeFile(directoryFile, JSON.stringify({ servers: [betaDescriptor], users: [dave.profile, carol.profile] }));
-    net = await startNetwork({ clock, servers: [{ serverLogin: 'alpha', directoryFile }] });
+    // The expiry test waits out a challenge's 60 s unauthenticated: past the default login deadline.
+    net = await startNetwork({ clock, servers: [{ serverLogin: 'alpha', directoryFile, authTimeoutMs: 600_000 }] });
     server = net.servers[0]!;
     bystander = await connectUser(server.wsUrl, makeUser('bystander', ['alpha']));
   });

@@ -188,6 +188,37 @@ describe('config-file-only settings', () => {
   });
 });
 
+describe('abuse limits (docs/protocol.md §5)', () => {
+  it('login deadline, connections and challenges per address, requests per login: defaults, text forms, checks', () => {
+    const d = resolveConfig({});
+    assert.deepEqual(
+      [d.authTimeoutMs, d.maxConnectionsPerAddress, d.challengeLimit, d.loginRateLimit],
+      [30_000, 100, { perSecond: 5, burst: 20 }, { perSecond: 400, burst: 800 }],
+    );
+    const c = resolveConfig(
+      configInputFromEnv({
+        SHINE_AUTH_TIMEOUT_MS: '5000',
+        SHINE_MAX_CONNECTIONS_PER_ADDRESS: '7',
+        SHINE_CHALLENGE_LIMIT: '0.5, 3',
+        SHINE_LOGIN_RATE_LIMIT: '10,30',
+      }),
+    );
+    assert.deepEqual(
+      [c.authTimeoutMs, c.maxConnectionsPerAddress, c.challengeLimit, c.loginRateLimit],
+      [5_000, 7, { perSecond: 0.5, burst: 3 }, { perSecond: 10, burst: 30 }],
+    );
+    // The per-login default follows the per-connection limit.
+    assert.deepEqual(resolveConfig({ rateLimit: { perSecond: 50, burst: 60 } }).loginRateLimit, {
+      perSecond: 100,
+      burst: 120,
+    });
+    assert.throws(() => resolveConfig({ challengeLimit: '5' }), /challengeLimit: "5" must be perSecond,burst/);
+    assert.throws(() => resolveConfig({ loginRateLimit: '0,10' }), /loginRateLimit.perSecond/);
+    assert.throws(() => resolveConfig({ authTimeoutMs: 0 }), /authTimeoutMs/);
+    assert.throws(() => resolveConfig({ maxConnectionsPerAddress: 'many' }), /maxConnectionsPerAddress/);
+  });
+});
+
 describe('PostgreSQL pool (docs/protocol.md §9.2)', () => {
   it('SHINE_DB_POOL_SIZE sets the pool size, default 10, at least 1', () => {
     assert.equal(resolveConfig({}).dbPoolSize, 10);

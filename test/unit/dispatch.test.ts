@@ -12,6 +12,7 @@ import { assertError } from '../helpers/assert.js';
 function fakeSession(patch: Partial<Session> = {}): Session {
   return {
     id: 's1',
+    remoteAddress: '127.0.0.1',
     login: null,
     deviceId: null,
     serverLogin: null,

@@ -30,6 +30,7 @@ function fakeSession(login: string, deviceId: string): FakeSession {
   const got: EventFrame[] = [];
   return {
     id: `s${++seq}`,
+    remoteAddress: '127.0.0.1',
     login,
     deviceId,
     serverLogin: null,

@@ -17,7 +17,7 @@ import type { PairSpec } from '../helpers/containers.js';
 import { testPair } from '../helpers/containers.js';
 import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
 import type { TestDb } from '../helpers/test-db.js';
-import { freshTestDb } from '../helpers/test-db.js';
+import { freshTestDb, queryTestDb } from '../helpers/test-db.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'shine-pg-contract-'));
 let db: TestDb | undefined;
@@ -56,6 +56,7 @@ storeContract({
     await shared.db.query(`TRUNCATE ${tables.rows.map((t) => t.tablename).join(', ')}`);
     return shared;
   },
+  query: async (_store, sql, params) => queryTestDb((await database()).url, sql, params),
 });
 
 describe('PostgreSQL: several processes on one database', () => {

@@ -10,6 +10,7 @@ import { after, describe, it } from 'node:test';
 import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
 import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import { queryTestDb } from '../helpers/test-db.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'shine-contract-'));
 const opened: SqliteStore[] = [];
@@ -29,7 +30,11 @@ async function fresh(opts: { sync?: 'full' | 'normal'; maxQueuedWrites?: number 
   return store;
 }
 
-storeContract({ dialect: 'sqlite', open: () => fresh() });
+storeContract({
+  dialect: 'sqlite',
+  open: () => fresh(),
+  query: (store, sql, params) => queryTestDb(`sqlite:${(store as SqliteStore).db.conn.name}`, sql, params),
+});
 
 describe('SQLite: group commit', () => {
   it('concurrent writes share commits and all resolve after them', async () => {

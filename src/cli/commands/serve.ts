@@ -10,7 +10,12 @@ const kebab = (field: string): string => field.replace(/[A-Z]/g, (c) => `-${c.to
 function shownDefault(field: string): string {
   const value = (CONFIG_DEFAULTS as Record<string, unknown>)[field];
   if (value === undefined) return '';
-  return ` (default: ${Array.isArray(value) ? value.join(',') : String(value)})`;
+  const shown = Array.isArray(value)
+    ? value.join(',')
+    : typeof value === 'object' && value !== null
+      ? Object.values(value).join(',')
+      : String(value);
+  return ` (default: ${shown})`;
 }
 
 export function registerServe(program: Command): void {

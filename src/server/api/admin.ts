@@ -1,6 +1,7 @@
 /** Admin and debug HTTP routes (docs/protocol.md §8), all behind the admin token. */
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryState } from '../../protocol/ops.js';
+import type { CheckReport } from '../check/service.js';
 import type { ProcessRegistry } from '../cluster/processes.js';
 import type { DeliveryTrouble } from '../delivery/trouble.js';
 import type { Directory } from '../directory/service.js';
@@ -30,8 +31,10 @@ export function adminApi(deps: {
   replication: ReplicationService;
   peers: PeerView;
   processes: Pick<ProcessRegistry, 'processId' | 'list'>;
+  /** `shine check` on this server's database (src/server/check/service.ts). */
+  check: (opts: { repair: boolean }) => Promise<CheckReport>;
 }): AdminRoute[] {
-  const { store, replication, peers, processes } = deps;
+  const { store, replication, peers, processes, check } = deps;
   return [
     {
       method: 'GET',
@@ -89,6 +92,15 @@ export function adminApi(deps: {
       method: 'POST',
       path: '/admin/mark-unsynced',
       handle: (url) => store.replication.markUnsynced(url.searchParams.get('owner') || null),
+    },
+    {
+      method: 'POST',
+      path: '/admin/check',
+      handle(url) {
+        const repair = url.searchParams.get('repair') ?? '0';
+        if (repair !== '0' && repair !== '1') throw new ShineError('BAD_FIELDS', 'repair must be 0 or 1');
+        return check({ repair: repair === '1' });
+      },
     },
   ];
 }

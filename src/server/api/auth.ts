@@ -5,6 +5,7 @@ import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { ShineError } from '../../protocol/errors.js';
 import { authSigningText, verifyText } from '../../protocol/identity.js';
 import type { Clock } from '../clock.js';
+import type { KeyedLimiter } from '../cluster/limits.js';
 import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
 import type { Logger } from '../log.js';
@@ -18,6 +19,8 @@ export interface AuthDeps {
   hub: SessionHub;
   verifier: SignatureVerifier;
   log: Logger;
+  /** AuthChallenge requests per source address (docs/protocol.md §5). */
+  challenges: KeyedLimiter;
   /** Runs after the AuthLogin answer has been sent (replay of the device's events). */
   onLogin(session: UserSession): Promise<void>;
 }
@@ -29,6 +32,8 @@ export function registerAuthOps(r: OpRegistry, deps: AuthDeps): void {
   r.add('AuthChallenge', {
     auth: 'none',
     async handle(_payload, session) {
+      if (!(await deps.challenges.take(session.remoteAddress)))
+        throw new ShineError('RATE_LIMITED', 'too many AuthChallenge requests from this address');
       const challengeB64 = toBase64(randomBytes(CHALLENGE_BYTES));
       const expiresAtMs = clock.now() + config.authChallengeTtlMs;
       // Only the latest challenge of a socket is valid: issuing one replaces the previous.

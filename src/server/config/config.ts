@@ -50,6 +50,14 @@ export interface Config {
   sqliteSync: 'full' | 'normal';
   logLevel: LogLevel;
   rateLimit: RateLimitConfig;
+  /** Requests of one login across all its sessions (docs/protocol.md §5); default twice rateLimit. */
+  loginRateLimit: RateLimitConfig;
+  /** A socket that has not completed AuthLogin or ServerAuth within this is closed with 1008. */
+  authTimeoutMs: number;
+  /** Open WebSocket connections from one source address (per process); more upgrades get HTTP 429. */
+  maxConnectionsPerAddress: number;
+  /** AuthChallenge requests from one source address (across processes with Redis); more get 429. */
+  challengeLimit: RateLimitConfig;
   authChallengeTtlMs: number;
   maxTimeSkewMs: number;
   deviceForgetMs: number;
@@ -117,6 +125,12 @@ export interface ConfigInput {
   sqliteSync?: string | undefined;
   logLevel?: string | undefined;
   rateLimit?: Partial<RateLimitConfig> | undefined;
+  /** `perSecond,burst` or the parsed form. */
+  loginRateLimit?: string | Partial<RateLimitConfig> | undefined;
+  authTimeoutMs?: number | string | undefined;
+  maxConnectionsPerAddress?: number | string | undefined;
+  /** `perSecond,burst` or the parsed form. */
+  challengeLimit?: string | Partial<RateLimitConfig> | undefined;
   authChallengeTtlMs?: number | string | undefined;
   maxTimeSkewMs?: number | string | undefined;
   deviceForgetMs?: number | string | undefined;
@@ -159,6 +173,9 @@ export const CONFIG_DEFAULTS = {
   sqliteSync: 'full',
   logLevel: 'info',
   rateLimit: { perSecond: 200, burst: 400 },
+  authTimeoutMs: 30_000,
+  maxConnectionsPerAddress: 100,
+  challengeLimit: { perSecond: 5, burst: 20 },
   authChallengeTtlMs: 60_000,
   maxTimeSkewMs: 300_000,
   deviceForgetMs: 30 * DAY_MS,
@@ -204,6 +221,10 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'sqliteSync',
   'logLevel',
   'rateLimit',
+  'loginRateLimit',
+  'authTimeoutMs',
+  'maxConnectionsPerAddress',
+  'challengeLimit',
   'authChallengeTtlMs',
   'maxTimeSkewMs',
   'deviceForgetMs',
@@ -291,10 +312,19 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
-    rateLimit: {
-      perSecond: positiveNumber('rateLimit.perSecond', rateLimit.perSecond),
-      burst: int('rateLimit.burst', rateLimit.burst, 1),
-    },
+    rateLimit: rate('rateLimit', rateLimit),
+    // A user's two devices may each use their connection's whole limit.
+    loginRateLimit: rate('loginRateLimit', input.loginRateLimit, {
+      perSecond: 2 * rateLimit.perSecond,
+      burst: 2 * rateLimit.burst,
+    }),
+    authTimeoutMs: int('authTimeoutMs', input.authTimeoutMs ?? d.authTimeoutMs, 1),
+    maxConnectionsPerAddress: int(
+      'maxConnectionsPerAddress',
+      input.maxConnectionsPerAddress ?? d.maxConnectionsPerAddress,
+      1,
+    ),
+    challengeLimit: rate('challengeLimit', input.challengeLimit, d.challengeLimit),
     authChallengeTtlMs: int('authChallengeTtlMs', input.authChallengeTtlMs ?? d.authChallengeTtlMs, 1),
     maxTimeSkewMs: int('maxTimeSkewMs', input.maxTimeSkewMs ?? d.maxTimeSkewMs, 0),
     deviceForgetMs: int('deviceForgetMs', input.deviceForgetMs ?? d.deviceForgetMs, 1),
@@ -366,6 +396,25 @@ export function parsePeers(value: string | readonly PeerConfig[]): PeerConfig[] 
     seen.add(p.serverLogin);
     return { serverLogin: p.serverLogin, wsUrl: wsUrl('peers', p.wsUrl) };
   });
+}
+
+/** A rate limit from `perSecond,burst` or its object form (missing fields from fallback). */
+function rate(
+  field: string,
+  value: string | Partial<RateLimitConfig> | undefined,
+  fallback: RateLimitConfig = CONFIG_DEFAULTS.rateLimit,
+): RateLimitConfig {
+  let given: Partial<RateLimitConfig> = {};
+  if (typeof value === 'string') {
+    const parts = value.split(',').map((p) => p.trim());
+    if (parts.length !== 2) throw new ConfigError(field, `"${value}" must be perSecond,burst (e.g. 5,20)`);
+    given = { perSecond: Number(parts[0]), burst: Number(parts[1]) };
+  } else if (value) given = value;
+  const merged = { ...fallback, ...given };
+  return {
+    perSecond: positiveNumber(`${field}.perSecond`, merged.perSecond),
+    burst: int(`${field}.burst`, merged.burst, 1),
+  };
 }
 
 function nonEmpty(field: string, value: unknown): string {

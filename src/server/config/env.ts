@@ -38,6 +38,10 @@ export const ENV_VARS = {
   SHINE_REDIS_PREFIX: 'redisPrefix',
   SHINE_HEARTBEAT_INTERVAL_MS: 'heartbeatIntervalMs',
   SHINE_VERIFY_THREADS: 'verifyThreads',
+  SHINE_AUTH_TIMEOUT_MS: 'authTimeoutMs',
+  SHINE_MAX_CONNECTIONS_PER_ADDRESS: 'maxConnectionsPerAddress',
+  SHINE_CHALLENGE_LIMIT: 'challengeLimit',
+  SHINE_LOGIN_RATE_LIMIT: 'loginRateLimit',
 } as const satisfies Record<string, keyof ConfigInput>;
 
 export const CONFIG_FILE_VAR = 'SHINE_CONFIG_FILE';

@@ -17,6 +17,7 @@ import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
 import type { PushStore } from '../push/store.js';
+import type { OutboxRow } from './rules.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
 
@@ -330,6 +331,69 @@ export interface ProcessStore {
   exclusively(name: string, fn: () => Promise<void>): Promise<boolean>;
 }
 
+/** A stored copy as `shine check` re-verifies it: the columns that must agree with its blob. */
+export interface CheckCopyRow {
+  messageKey: string;
+  owner: string;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  blob: Uint8Array;
+}
+
+/** What the database's own check of its pages and indexes found (docs/operations.md, `shine check`). */
+export interface IntegrityReport {
+  /** What was checked, in words (it differs by dialect). */
+  method: string;
+  problems: string[];
+}
+
+/** An outbox row whose owner has no copy of that key. */
+export interface OrphanOutboxRow {
+  owner: string;
+  primaryMessageKey: string;
+  blobs: Uint8Array[];
+}
+
+/** Rows that do not agree with the stored copies (docs/operations.md, `shine check`). */
+export interface RowFindings {
+  /** Delivery rows (outgoing keys) of a pair of which neither copy exists. */
+  deliveryWithoutCopy: string[];
+  /** Outbox rows whose owner holds no copy of their key. */
+  outboxWithoutCopy: OrphanOutboxRow[];
+  /** Device acknowledgements (owner|device|messageKey) of a copy that does not exist. */
+  acksWithoutCopy: string[];
+  /** Device acknowledgements (owner|device|messageKey) of a device that does not exist. */
+  acksWithoutDevice: string[];
+  /** Outbox rows (owner|key) whose syncId names another revision than their copy's. */
+  outboxBehindCopy: string[];
+  /** Copies (owner|key) of a user of this server (an access server of theirs is this database's `self`) without an outbox row. */
+  outboxMissing: string[];
+  /** Delivery rows (outgoing keys) whose revision is newer than their outgoing copy's. */
+  deliveryAheadOfCopy: string[];
+}
+
+/** What `shine check` reads and the few repairs it may make; every repair re-checks its condition. */
+export interface CheckStore {
+  /** The database's own check of pages and indexes. */
+  integrity(): Promise<IntegrityReport>;
+  /** Rebuilds every index of the schema (safe: an index holds nothing a table does not). */
+  rebuildIndexes(): Promise<void>;
+  /** Stored copies in messageKey order after afterKey. */
+  copiesPage(afterKey: string, limit: number): Promise<CheckCopyRow[]>;
+  findRows(): Promise<RowFindings>;
+  /** Removes those delivery rows whose pair still has no copy; returns how many. */
+  removeDeliveriesWithoutCopy(outgoingKeys: readonly string[]): Promise<number>;
+  /** Removes the outbox row if its owner still has no copy of its key; true when removed. */
+  removeOutboxWithoutCopy(owner: string, primaryMessageKey: string): Promise<boolean>;
+  /** Removes acknowledgements whose copy or device does not exist; returns how many. */
+  removeOrphanAcks(): Promise<number>;
+  /**
+   * Writes the outbox row of a copy again (unsynced) if the owner's copy still has the row's revision
+   * (its syncId); true when written.
+   */
+  rewriteOutbox(row: OutboxRow): Promise<boolean>;
+}
+
 /** Every area of one database, with its lifecycle. Services take the areas they use, one by one. */
 export interface Store {
   /** Which dialect this is. */
@@ -344,6 +408,7 @@ export interface Store {
   readonly settings: SettingsStore;
   readonly push: PushStore;
   readonly processes: ProcessStore;
+  readonly check: CheckStore;
   /**
    * Transactions committed and writes in them since the store opened (SQLite groups many writes into
    * one commit; on PostgreSQL each write is its own transaction), for /metrics and benchmarks.

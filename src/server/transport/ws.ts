@@ -1,6 +1,7 @@
 /**
- * WebSocket sessions on /ws (docs/protocol.md §5): frame limits, binary frames, per-connection rate limit,
- * backpressure, heartbeats, and shutdown that lets in-flight requests answer first.
+ * WebSocket sessions on /ws (docs/protocol.md §5): frame limits, binary frames, rate limits per connection
+ * and per login, connections per source address, the login deadline, backpressure, heartbeats, and
+ * shutdown that lets in-flight requests answer first.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -10,6 +11,7 @@ import type { RawData } from 'ws';
 import { WebSocket, WebSocketServer } from 'ws';
 import { MAX_CLIENT_FRAME, MAX_FRAME } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
+import type { KeyedLimiter } from '../cluster/limits.js';
 import type { AppContext } from '../context.js';
 import type { Counter } from '../metrics.js';
 import type { Session } from '../sessions.js';
@@ -37,6 +39,7 @@ class WsSession implements Session {
 
   constructor(
     readonly ws: WebSocket,
+    readonly remoteAddress: string,
     private readonly gateway: WsGateway,
   ) {
     this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
@@ -58,7 +61,12 @@ export class WsGateway {
   private readonly sessions = new Set<WsSession>();
   private readonly slowClosed: Counter;
   private readonly deadClosed: Counter;
+  private readonly refused: Counter;
   private readonly heartbeat: ReturnType<typeof setInterval>;
+  /** Open sockets by source address. */
+  private readonly perAddress = new Map<string, number>();
+  /** Requests of one login across its sessions (on every process, with Redis). */
+  private readonly perLogin: KeyedLimiter;
   private closing = false;
 
   constructor(private readonly ctx: AppContext) {
@@ -71,6 +79,12 @@ export class WsGateway {
       'ws_dead_closed_total',
       'Sockets terminated because they did not answer a ping within one heartbeat interval.',
     );
+    this.refused = ctx.metrics.counter(
+      'ws_limited_total',
+      'Sockets refused or closed by a limit: too many connections from one address (address), no login in time (auth_timeout).',
+      ['reason'],
+    );
+    this.perLogin = ctx.limiter('requests', ctx.config.loginRateLimit);
     ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
     // Wall time, not the injected clock: a pong takes real time, and a test's clock jumping an hour
     // must not declare every socket dead.
@@ -103,7 +117,13 @@ export class WsGateway {
       socket.destroy();
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+    const address = req.socket.remoteAddress ?? 'unknown';
+    if ((this.perAddress.get(address) ?? 0) >= this.ctx.config.maxConnectionsPerAddress) {
+      this.refused.inc({ reason: 'address' });
+      socket.end('HTTP/1.1 429 Too Many Requests\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, address));
   }
 
   /** Queues text on the session's socket; a consumer too slow to keep up is cut off. */
@@ -163,9 +183,16 @@ export class WsGateway {
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
   }
 
-  private accept(ws: WebSocket): void {
-    const session = new WsSession(ws, this);
+  private accept(ws: WebSocket, address: string): void {
+    const session = new WsSession(ws, address, this);
     const bucket = new TokenBucket(this.ctx.config.rateLimit, this.ctx.clock);
+    this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
+    // A socket that never logs in would hold its slot (and a challenge) for as long as it likes.
+    const deadline = this.ctx.clock.setTimer(this.ctx.config.authTimeoutMs, () => {
+      if (session.login || session.serverLogin || ws.readyState !== WebSocket.OPEN) return;
+      this.refused.inc({ reason: 'auth_timeout' });
+      ws.close(CloseCode.PolicyViolation, 'not authenticated in time');
+    });
     this.ctx.hub.add(session);
     this.sessions.add(session);
     ws.on('pong', () => (session.alive = true));
@@ -178,6 +205,10 @@ export class WsGateway {
       this.track(this.onText(session, bucket, data));
     });
     ws.on('close', () => {
+      deadline.cancel();
+      const left = (this.perAddress.get(address) ?? 1) - 1;
+      if (left > 0) this.perAddress.set(address, left);
+      else this.perAddress.delete(address);
       this.sessions.delete(session);
       this.ctx.hub.remove(session);
     });
@@ -186,7 +217,7 @@ export class WsGateway {
 
   private async onText(session: WsSession, bucket: TokenBucket, data: RawData): Promise<void> {
     const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
-    const reject = this.rejection(session, bucket, bytes.length);
+    const reject = await this.rejection(session, bucket, bytes.length);
     const { response, afterAnswer } = await this.dispatcher.dispatch(session, bytes.toString('utf8'), reject);
     if (!(await this.flush(session, JSON.stringify(response)))) return;
     for (const fn of afterAnswer) {
@@ -204,11 +235,14 @@ export class WsGateway {
   }
 
   /** The error a frame gets before its op is even looked at, if any. */
-  private rejection(session: WsSession, bucket: TokenBucket, size: number): ShineError | undefined {
+  private async rejection(session: WsSession, bucket: TokenBucket, size: number): Promise<ShineError | undefined> {
     if (this.closing) return new ShineError('OVERLOADED', 'server is shutting down');
     // An authenticated peer server multiplexes all its traffic over one socket: no per-connection limit.
     if (!session.serverLogin && !bucket.take())
       return new ShineError('RATE_LIMITED', 'too many requests on this connection');
+    // A login opening more sessions gets no more than its own limit across them.
+    if (session.login && !(await this.perLogin.take(session.login)))
+      return new ShineError('RATE_LIMITED', 'too many requests from this login');
     // Server sessions may send frames up to the 4 MiB the socket accepts; clients up to 1 MiB.
     if (!session.serverLogin && size > MAX_CLIENT_FRAME)
       return new ShineError('TOO_LARGE', `a request may be at most ${MAX_CLIENT_FRAME} bytes`);

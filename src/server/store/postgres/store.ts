@@ -1,5 +1,6 @@
 /** The Store on PostgreSQL: every area over one pool (docs/protocol.md §9.2). */
 import type { Store } from '../types.js';
+import { PgCheckStore } from './check.js';
 import { PgDb } from './db.js';
 import { PgDeliveryStore } from './delivery.js';
 import { PgDeviceStore } from './devices.js';
@@ -36,6 +37,7 @@ export class PostgresStore implements Store {
   readonly settings: PgSettingsStore;
   readonly push: PgPushStore;
   readonly processes: PgProcessStore;
+  readonly check: PgCheckStore;
 
   constructor(readonly db: PgDb) {
     this.meta = new PgMetaStore(db);
@@ -48,6 +50,7 @@ export class PostgresStore implements Store {
     this.settings = new PgSettingsStore(db);
     this.push = new PgPushStore(db);
     this.processes = new PgProcessStore(db);
+    this.check = new PgCheckStore(db);
   }
 
   commitStats(): { commits: number; writes: number } {

@@ -1,5 +1,6 @@
 /** The Store on SQLite (better-sqlite3, WAL, group commit): one connection shared by every area. */
 import type { Store } from '../types.js';
+import { SqliteCheckStore } from './check.js';
 import type { SqliteSync } from './db.js';
 import { SqliteDb } from './db.js';
 import { SqliteDeliveryStore } from './delivery.js';
@@ -39,6 +40,7 @@ export class SqliteStore implements Store {
   readonly settings: SqliteSettingsStore;
   readonly push: SqlitePushStore;
   readonly processes: SqliteProcessStore;
+  readonly check: SqliteCheckStore;
 
   constructor(readonly db: SqliteDb) {
     this.meta = new SqliteMetaStore(db);
@@ -51,6 +53,7 @@ export class SqliteStore implements Store {
     this.settings = new SqliteSettingsStore(db);
     this.push = new SqlitePushStore(db);
     this.processes = new SqliteProcessStore(db);
+    this.check = new SqliteCheckStore(db);
   }
 
   commitStats(): { commits: number; writes: number } {
