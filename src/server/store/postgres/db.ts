@@ -39,6 +39,9 @@ function isUnavailable(err: unknown): boolean {
   return (
     code.startsWith('08') || // connection exception
     code === '53300' || // too_many_connections
+    code === '53100' || // disk_full
+    code === '53200' || // out_of_memory
+    code === '25006' || // read_only_sql_transaction (a read-only standby or database)
     code === '57P01' || // admin_shutdown
     code === '57P02' || // crash_shutdown
     code === '57P03' || // cannot_connect_now

@@ -8,6 +8,18 @@ import { SQLITE_MIGRATIONS } from './migrations.js';
 
 export type SqliteSync = 'full' | 'normal';
 
+/**
+ * SQLite errors that mean "the database cannot be written now" (a full disk, a read-only file or
+ * connection, an I/O error, a lock held past busy_timeout), not "this write is wrong": answered 503
+ * OVERLOADED. The transaction is rolled back, reads go on, and the next write tries again.
+ */
+function unavailable(err: unknown): unknown {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && /^SQLITE_(FULL|READONLY|IOERR|CANTOPEN|BUSY|LOCKED|NOMEM)/.test(code))
+    return new ShineError('OVERLOADED', `database cannot be written now (${code})`, { cause: err });
+  return err;
+}
+
 interface Job {
   run: () => unknown;
   resolve: (value: unknown) => void;
@@ -93,15 +105,18 @@ export class SqliteDb {
             results.push({ ok: true, value: job.run() });
             this.conn.exec('RELEASE job');
           } catch (err) {
+            // Some errors (a full disk, an I/O error) make SQLite roll the whole transaction back itself:
+            // then no job of the batch is committed, and every one of them fails with it.
+            if (!this.conn.inTransaction) throw err;
             this.conn.exec('ROLLBACK TO job');
             this.conn.exec('RELEASE job');
-            results.push({ ok: false, value: err });
+            results.push({ ok: false, value: unavailable(err) });
           }
         }
         this.conn.exec('COMMIT');
       } catch (err) {
         if (this.conn.inTransaction) this.conn.exec('ROLLBACK');
-        for (const job of batch) job.reject(err);
+        for (const job of batch) job.reject(unavailable(err));
         continue;
       }
       this.stats.commits++;
