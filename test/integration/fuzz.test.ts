@@ -128,6 +128,8 @@ describe('fuzzer: hostile frames to client and server sessions', () => {
         SHINE_SERVER_LOGIN: 'alpha',
         SHINE_DIRECTORY_FILE: directoryFile,
         SHINE_CONFIG_FILE: configFile,
+        // The socket that never logs in must outlive a long run (the login deadline is tested elsewhere).
+        SHINE_AUTH_TIMEOUT_MS: '3600000',
         SHINE_LOG_LEVEL: 'silent',
       },
     });
