@@ -86,6 +86,15 @@ async function eventLoopLagMs(server: ServerProcess): Promise<{ p99: number | nu
   };
 }
 
+/** Garbage collections so far: pause seconds in all, and how many paused 100 ms or more, over all kinds. */
+async function gcPauses(server: ServerProcess): Promise<{ seconds: number; over100ms: number }> {
+  const text = await (await fetch(`${server.httpUrl}/metrics`)).text();
+  const sum = (re: RegExp): number => [...text.matchAll(re)].reduce((n, m) => n + Number(m[1]), 0);
+  const count = sum(/^nodejs_gc_duration_seconds_count\{[^}]*\} (\S+)$/gm);
+  const upTo100ms = sum(/^nodejs_gc_duration_seconds_bucket\{le="0\.1",[^}]*\} (\S+)$/gm);
+  return { seconds: sum(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm), over100ms: count - upTo100ms };
+}
+
 async function heapUsedMiB(server: ServerProcess): Promise<number | null> {
   const b = await metric(server, 'nodejs_heap_size_used_bytes');
   return b === null ? null : mib(b / 1024);
@@ -153,6 +162,8 @@ interface LoadResult {
   maxMs: number;
   eventLoopLagP99Ms: number | null;
   eventLoopLagMaxMs: number | null;
+  gcPauseMs: number;
+  gcPausesOver100ms: number;
 }
 
 /**
@@ -162,6 +173,7 @@ interface LoadResult {
  */
 async function runLoad(server: ServerProcess, active: Active[]): Promise<LoadResult> {
   await eventLoopLagMs(server);
+  const gc0 = await gcPauses(server);
   const total = Math.round(RATE * LOAD_SECONDS);
   const intervalMs = 1000 / RATE;
   const latencies: number[] = [];
@@ -181,6 +193,7 @@ async function runLoad(server: ServerProcess, active: Active[]): Promise<LoadRes
   await Promise.all(calls);
   // Both lag figures come from one rendering: /metrics serves the process metrics of the last second again.
   const lag = await eventLoopLagMs(server);
+  const gc1 = await gcPauses(server);
   latencies.sort((a, b) => a - b);
   const pct = (p: number): number =>
     Number(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))]!.toFixed(2));
@@ -191,6 +204,8 @@ async function runLoad(server: ServerProcess, active: Active[]): Promise<LoadRes
     maxMs: pct(1),
     eventLoopLagP99Ms: lag.p99,
     eventLoopLagMaxMs: lag.max,
+    gcPauseMs: Math.round((gc1.seconds - gc0.seconds) * 1000),
+    gcPausesOver100ms: gc1.over100ms - gc0.over100ms,
   };
 }
 
