@@ -4,13 +4,14 @@
  *
  * 1. One `shine serve` (SQLite, WAL + synchronous FULL), per-connection rate limit lifted.
  * 2. Baseline: ACTIVE clients send GetDirectMessages (a 10-message dialog) at RATE requests/s in total
- *    for LOAD_SECONDS, open loop; answer latency p50/p99, the server's event-loop lag; then its VmRSS.
+ *    for LOAD_SECONDS, open loop; answer latency p50/p99, the server's event-loop lag and GC pauses;
+ *    then a full GC in the server (through the inspector it is started with) and its VmRSS.
  * 3. SESSIONS users are registered and logged in, each on its own socket, from PROCS child processes
  *    (bench/lib/idle-holder.ts), which then hold them silent.
- * 4. Once the server's RSS is steady, RSS again → KiB per session; then the same load again.
+ * 4. The same GC and RSS reading → KiB per session; then the same load again.
  *
- * The default load lasts 35 s so each run spans at least one of the server's 30 s heartbeats (a ping
- * to every socket), which is part of what holding sessions costs.
+ * The default load lasts 35 s so each run spans a whole 30 s ping interval of the server's heartbeat,
+ * which is part of what holding sessions costs.
  *
  * Env: BENCH_SESSIONS (20000), BENCH_PROCS (2), BENCH_ACTIVE (4), BENCH_RATE (200), BENCH_LOAD_SECONDS (35).
  * Needs SESSIONS + 1 000 open files per process: below that it re-runs itself under `prlimit` with the
