@@ -68,6 +68,8 @@ export interface ServerProcessOptions {
   port?: number;
   /** Where stderr goes; inherited by default. */
   stderr?: 'inherit' | 'ignore';
+  /** Node.js flags for this process, after SHINE_SERVER_NODE_ARGS (e.g. `--inspect=127.0.0.1:PORT`). */
+  nodeArgs?: string[];
 }
 
 /**
@@ -94,18 +96,22 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
-    child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/cli/main.ts', 'serve'], {
-      env: {
-        ...process.env,
-        SHINE_HOST: '127.0.0.1',
-        SHINE_PORT: String(port),
-        SHINE_DATA_DIR: dataDir,
-        ...LOOPBACK_LIMITS_ENV,
-        ...dbEnv,
-        ...opts.env,
+    child = spawn(
+      process.execPath,
+      [...nodeArgs, ...(opts.nodeArgs ?? []), '--import', 'tsx', 'src/cli/main.ts', 'serve'],
+      {
+        env: {
+          ...process.env,
+          SHINE_HOST: '127.0.0.1',
+          SHINE_PORT: String(port),
+          SHINE_DATA_DIR: dataDir,
+          ...LOOPBACK_LIMITS_ENV,
+          ...dbEnv,
+          ...opts.env,
+        },
+        stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
       },
-      stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
-    });
+    );
     const deadline = Date.now() + 30_000;
     for (;;) {
       if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);

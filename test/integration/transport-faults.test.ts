@@ -19,33 +19,36 @@ const serverSockets = (server: RunningServer, login: string): WebSocket[] =>
   server.ctx.hub.sessionsOf(login).map((s) => (s as unknown as { ws: WebSocket }).ws);
 
 describe('transport faults', () => {
-  it('a client that stops answering pings is terminated and its presence ends; a live one stays', async () => {
-    await using net = await startNetwork({ servers: [{ serverLogin: 'alpha', wsPingIntervalMs: 50 }] });
-    const server = net.servers[0]!;
-    const carol = makeUser('carol', ['alpha']);
-    const bob = makeUser('bob', ['alpha']);
-    await using healthy = await connectUser(server.wsUrl, bob);
-    let pings = 0;
-    healthy.socket.on('ping', () => pings++);
+  // 50 ms: every socket pinged on one tick; 400 ms: four ticks of 100 ms, each pinging its slice of the sockets.
+  for (const wsPingIntervalMs of [50, 400]) {
+    it(`a client that stops answering pings is terminated and its presence ends; a live one stays (ping interval ${wsPingIntervalMs} ms)`, async () => {
+      await using net = await startNetwork({ servers: [{ serverLogin: 'alpha', wsPingIntervalMs }] });
+      const server = net.servers[0]!;
+      const carol = makeUser('carol', ['alpha']);
+      const bob = makeUser('bob', ['alpha']);
+      await using healthy = await connectUser(server.wsUrl, bob);
+      let pings = 0;
+      healthy.socket.on('ping', () => pings++);
 
-    // Answers pings by hand while it logs in (a loaded machine may need several intervals), then goes silent.
-    await using dead = await connectRaw(server.wsUrl, { autoPong: false });
-    let answering = true;
-    dead.socket.on('ping', (data: Buffer) => answering && dead.socket.pong(data));
-    await dead.call('RegisterUser', { profile: carol.profile });
-    assert.equal((await login(dead, carol)).ok, true);
-    assert.equal(server.ctx.hub.sessionsOf('carol').length, 1);
-    answering = false;
+      // Answers pings by hand while it logs in (a loaded machine may need several intervals), then goes silent.
+      await using dead = await connectRaw(server.wsUrl, { autoPong: false });
+      let answering = true;
+      dead.socket.on('ping', (data: Buffer) => answering && dead.socket.pong(data));
+      await dead.call('RegisterUser', { profile: carol.profile });
+      assert.equal((await login(dead, carol)).ok, true);
+      assert.equal(server.ctx.hub.sessionsOf('carol').length, 1);
+      answering = false;
 
-    await Promise.race([
-      dead.closed,
-      waitUntil(() => false, 5_000, 'the silent client closed').catch((err: unknown) => assert.fail(String(err))),
-    ]);
-    await waitUntil(() => server.ctx.hub.sessionsOf('carol').length === 0, 5_000, "carol's presence ended");
-    await waitUntil(() => pings >= 3, 5_000, 'three pings to the live client');
-    await assertSessionWorks(healthy);
-    assert.equal(server.ctx.hub.sessionsOf('bob').length, 1);
-  });
+      await Promise.race([
+        dead.closed,
+        waitUntil(() => false, 5_000, 'the silent client closed').catch((err: unknown) => assert.fail(String(err))),
+      ]);
+      await waitUntil(() => server.ctx.hub.sessionsOf('carol').length === 0, 5_000, "carol's presence ended");
+      await waitUntil(() => pings >= 3, 5_000, 'three pings to the live client');
+      await assertSessionWorks(healthy);
+      assert.equal(server.ctx.hub.sessionsOf('bob').length, 1);
+    });
+  }
 
   it('replay after login waits for the socket to drain: a backlog larger than wsMaxBufferedBytes arrives whole, in order', async () => {
     const limit = 256 * 1024;

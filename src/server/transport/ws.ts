@@ -24,6 +24,13 @@ export const CloseCode = { GoingAway: 1001, Unsupported: 1003, PolicyViolation: 
 /** How long closing sockets get to finish the close handshake at shutdown (wall time, not the injected clock). */
 const CLOSE_GRACE_MS = 2_000;
 
+/**
+ * The heartbeat ticks about this often and pings one slice of the sockets per tick, each socket once
+ * per ping interval: pinging 20 000 sockets in one burst (and reading their 20 000 pongs right after)
+ * held every request behind it for most of a second (docs/performance.md, idle sessions).
+ */
+const HEARTBEAT_TICK_MS = 100;
+
 /** A connected socket as the rest of the server sees it. */
 class WsSession implements Session {
   readonly id = randomUUID();
@@ -58,7 +65,10 @@ export class WsGateway {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME, perMessageDeflate: false });
   private readonly dispatcher: Dispatcher;
   private readonly inFlight = new Set<Promise<void>>();
-  private readonly sessions = new Set<WsSession>();
+  /** Open sockets, dealt round-robin into one slice per heartbeat tick of a ping interval. */
+  private readonly slices: Set<WsSession>[];
+  private nextSlice = 0;
+  private tick = 0;
   private readonly slowClosed: Counter;
   private readonly deadClosed: Counter;
   private readonly refused: Counter;
@@ -86,18 +96,23 @@ export class WsGateway {
     );
     this.perLogin = ctx.limiter('requests', ctx.config.loginRateLimit);
     ctx.metrics.gauge('sessions_open', 'Open WebSocket sessions.', () => ctx.hub.size);
+    const ticks = Math.max(1, Math.round(ctx.config.wsPingIntervalMs / HEARTBEAT_TICK_MS));
+    this.slices = Array.from({ length: ticks }, () => new Set());
     // Wall time, not the injected clock: a pong takes real time, and a test's clock jumping an hour
     // must not declare every socket dead.
-    this.heartbeat = setInterval(() => this.beat(), ctx.config.wsPingIntervalMs);
+    this.heartbeat = setInterval(() => this.beat(), ctx.config.wsPingIntervalMs / ticks);
     this.heartbeat.unref();
   }
 
   /**
-   * Pings every socket; one that has not answered the previous ping is gone (a half-open TCP
-   * connection never reports itself) and is terminated, which ends its presence in the hub.
+   * Pings the sockets of this tick's slice, so each socket is pinged once per ping interval; one that
+   * has not answered its previous ping is gone (a half-open TCP connection never reports itself) and
+   * is terminated, which ends its presence in the hub.
    */
   private beat(): void {
-    for (const session of this.sessions) {
+    const slice = this.slices[this.tick]!;
+    this.tick = (this.tick + 1) % this.slices.length;
+    for (const session of slice) {
       const { ws } = session;
       if (ws.readyState !== WebSocket.OPEN) continue;
       if (!session.alive) {
@@ -194,7 +209,9 @@ export class WsGateway {
       ws.close(CloseCode.PolicyViolation, 'not authenticated in time');
     });
     this.ctx.hub.add(session);
-    this.sessions.add(session);
+    const slice = this.slices[this.nextSlice]!;
+    this.nextSlice = (this.nextSlice + 1) % this.slices.length;
+    slice.add(session);
     ws.on('pong', () => (session.alive = true));
     ws.on('message', (data, isBinary) => {
       if (ws.readyState !== WebSocket.OPEN) return;
@@ -209,7 +226,7 @@ export class WsGateway {
       const left = (this.perAddress.get(address) ?? 1) - 1;
       if (left > 0) this.perAddress.set(address, left);
       else this.perAddress.delete(address);
-      this.sessions.delete(session);
+      slice.delete(session);
       this.ctx.hub.remove(session);
     });
     ws.on('error', (err) => this.ctx.log.debug('socket error', { sessionId: session.id, err }));
