@@ -134,16 +134,16 @@ export class PushService {
     const pushes = copy.messageType === 1 || (copy.messageType === 3 && this.deps.config.webPushReceipts);
     if (!pushes) return Promise.resolve(0);
     const message: PushMessage = { v: 1, kind: 'dm', fromLogin: copy.fromLogin, messageKey: copy.messageKey };
-    return this.toDevicesWithoutSession(copy.owner, message, {
+    return this.toDevicesWithoutSession(copy.owner, message, () => ({
       ttlSeconds: DM_TTL_S,
       topic: this.topicOf(copy.owner, copy.fromLogin),
-    });
+    }));
   }
 
   /** A call invite for owner: a `call` push (TTL 60 s, high urgency) to each device without a session. */
   notifyCall(owner: string, fromLogin: string, callId: string): Promise<number> {
     const message: PushMessage = { v: 1, kind: 'call', fromLogin, callId };
-    return this.toDevicesWithoutSession(owner, message, { ttlSeconds: CALL_TTL_S, urgency: 'high' });
+    return this.toDevicesWithoutSession(owner, message, () => ({ ttlSeconds: CALL_TTL_S, urgency: 'high' }));
   }
 
   /** One `test` push to each of the caller's subscriptions; counts the first answers within 10 s. */
@@ -201,14 +201,22 @@ export class PushService {
     this.transport.close();
   }
 
-  private async toDevicesWithoutSession(owner: string, message: PushMessage, options: PushOptions): Promise<number> {
+  /** `options` is made only when there is a device to push (a topic costs an HMAC). */
+  private async toDevicesWithoutSession(
+    owner: string,
+    message: PushMessage,
+    options: () => PushOptions,
+  ): Promise<number> {
     const subs = await this.deps.store.subscriptionsOf(owner);
+    // Most owners have no subscription: no presence lookup (a Redis round trip with several processes).
+    if (subs.length === 0) return 0;
     // Sessions are looked at after the read, so a device that logged in meanwhile is not pushed.
     const online = await this.deps.fanout.onlineDevices(owner);
     const payload = JSON.stringify(message);
+    let made: PushOptions | null = null;
     let queued = 0;
     for (const sub of subs) {
-      if (!online.has(sub.deviceId) && this.enqueue(this.firstJob(sub, payload, options))) queued++;
+      if (!online.has(sub.deviceId) && this.enqueue(this.firstJob(sub, payload, (made ??= options())))) queued++;
     }
     return queued;
   }
