@@ -14,7 +14,7 @@ import type { Config, ConfigInput } from './config/config.js';
 import { UNFEDERATED_SERVER_LOGIN, bindConfigToPort, resolveConfig } from './config/config.js';
 import type { AppContext } from './context.js';
 import { sodiumVerifier } from './crypto/verifier.js';
-import { TurnBatcher, bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
+import { bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
 import { Directory } from './directory/service.js';
 import { DmService } from './dm/service.js';
 import { loadServerKey } from './keys.js';
@@ -176,23 +176,10 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     const vapid = await loadVapidIdentity(config, pushStore);
     const push = new PushService({ config, clock, store: pushStore, fanout, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);
-    // Stopped after the requests and the replication that use it.
+    const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
+    // Stopped after the replication that uses it.
     const bulkVerifier = bulkVerifierFor(config.verifyThreads);
     stoppers.push(['verify threads', () => bulkVerifier.close()]);
-    const requestVerifier = config.verifyThreads > 0 ? new TurnBatcher(bulkVerifier) : undefined;
-    const dm = new DmService({
-      config,
-      clock,
-      store,
-      fanout,
-      directory,
-      verifier,
-      requestVerifier,
-      log,
-      delivery,
-      background,
-      push,
-    });
     const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
     const replication = new ReplicationService({
       bulkVerifier,

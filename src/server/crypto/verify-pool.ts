@@ -170,41 +170,6 @@ export class VerifyPool implements BulkVerifier {
   }
 }
 
-/**
- * Gathers the checks asked for in one turn of the event loop (the requests read from every socket in
- * that turn) into one verifyMany call on `inner`, so a pool gets one message per turn, not per request.
- */
-export class TurnBatcher implements BulkVerifier {
-  private queued: { jobs: readonly VerifyJob[]; resolve: (r: boolean[]) => void; reject: (e: unknown) => void }[] = [];
-
-  constructor(private readonly inner: BulkVerifier) {}
-
-  verifyMany(jobs: readonly VerifyJob[]): Promise<boolean[]> {
-    return new Promise((resolve, reject) => {
-      if (this.queued.push({ jobs, resolve, reject }) === 1) setImmediate(() => this.flush());
-    });
-  }
-
-  private flush(): void {
-    const calls = this.queued;
-    this.queued = [];
-    this.inner.verifyMany(calls.flatMap((c) => c.jobs)).then(
-      (results) => {
-        let at = 0;
-        for (const c of calls) {
-          c.resolve(results.slice(at, at + c.jobs.length));
-          at += c.jobs.length;
-        }
-      },
-      (err: unknown) => calls.forEach((c) => c.reject(err)),
-    );
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
-
 /** The pool for `threads` > 0, else inline checks. */
 export function bulkVerifier(threads: number): BulkVerifier {
   return threads > 0 ? new VerifyPool(threads) : inlineBulkVerifier();

@@ -30,8 +30,6 @@ export interface DmDeps {
   fanout: Fanout;
   directory: Directory;
   verifier: SignatureVerifier;
-  /** Where a request's signatures are checked; inline with `verifier` when absent. */
-  requestVerifier?: BulkVerifier | undefined;
   log: Logger;
   background: BackgroundQueue;
   /** Remote delivery; absent on a server that is not federated. */
@@ -111,10 +109,7 @@ export class DmService {
 
   /** Signatures by fromLogin's key, then the time bound: shared by every path that accepts copies. */
   async checkSigned(...copies: Container[]): Promise<void> {
-    const [problem] = await this.checkSignedRows(
-      [copies],
-      this.deps.requestVerifier ?? inlineBulkVerifier(this.deps.verifier),
-    );
+    const [problem] = await this.checkSignedRows([copies], inlineBulkVerifier(this.deps.verifier));
     if (problem) throw problem;
   }
 
