@@ -88,7 +88,7 @@ export function planFaults(seed: number, seconds: number): Fault[] {
   const total = kinds.reduce((s, [, w]) => s + w, 0);
   const plan: Fault[] = [];
   // Room at the end for the last fault to heal before the driver stops.
-  for (let at = 300 + rnd() * 1700; at < seconds * 1000 - 4000; ) {
+  for (let at = 300 + rnd() * 1700; at < seconds * 1000 - 4000;) {
     let pick = rnd() * total;
     const kind = kinds.find(([, w]) => (pick -= w) < 0)![0];
     const fault = {
@@ -245,7 +245,11 @@ export async function runChaos(
   const warm = async (lane: Lane, server: number): Promise<void> => {
     await waitUntil(
       async () => {
-        const answer = await (await clientOf(lane, server)).request('GetUserProfile', { login: lane.peer }).catch(() => null);
+        const answer = await (
+          await clientOf(lane, server)
+        )
+          .request('GetUserProfile', { login: lane.peer })
+          .catch(() => null);
         return answer?.ok === true;
       },
       30_000,
@@ -305,7 +309,8 @@ export async function runChaos(
           outgoingBlobB64: record.pair.outgoingBlobB64,
         });
         status = answer.status;
-        if (!answer.ok) report.driven.otherStatus[answer.error.code] = (report.driven.otherStatus[answer.error.code] ?? 0) + 1;
+        if (!answer.ok)
+          report.driven.otherStatus[answer.error.code] = (report.driven.otherStatus[answer.error.code] ?? 0) + 1;
       } else {
         const answer = await client.request<OpResults['GetDirectMessages']>('GetDirectMessages', {
           peerLogin: to,
@@ -373,7 +378,10 @@ export async function runChaos(
       await servers[victim]!.resetDb();
       await restart(victim);
       // Its user registers again (as their client would), then the partner offers everything again.
-      await warm(lanes.find((l) => l.user.login === owner)!, victim);
+      await warm(
+        lanes.find((l) => l.user.login === owner)!,
+        victim,
+      );
       await retrying(() =>
         adminCall(servers[partner]!.httpUrl, 'POST', `/admin/mark-unsynced?owner=${owner}`, ADMIN_TOKEN),
       );
@@ -563,12 +571,19 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
       }
     }
 
-  // Every tombstone applied everywhere: on both of its owner's servers, and no text of it left there.
+  // Every tombstone applied everywhere: on both of its owner's servers, and no text of it left there;
+  // and none for a message no delete was sent for.
   for (const [i, rows] of tombstones.entries())
     for (const t of rows) {
       if (t.kind !== 'message') continue;
-      for (const j of HOMES[t.owner] ?? []) {
-        if (!tombstoned(j, t.owner, t.target)) v.push(`${SERVERS[j]}: tombstone ${t.owner}/${t.target} of ${SERVERS[i]} missing`);
+      if (!deletedBase.has(t.target))
+        v.push(`${SERVERS[i]}: tombstone ${t.owner}/${t.target} of a message nobody deleted`);
+      // A sender's server also keeps the recipient's copy of a pair (and so the recipient's tombstone);
+      // whether the recipient's servers have it too is the delivered-copy check above.
+      if (!HOMES[t.owner]!.includes(i)) continue;
+      for (const j of HOMES[t.owner]!) {
+        if (!tombstoned(j, t.owner, t.target))
+          v.push(`${SERVERS[j]}: tombstone ${t.owner}/${t.target} of ${SERVERS[i]} missing`);
         for (const type of [1, 2])
           if (copyOf(j, t.owner, t.target, type))
             v.push(`${SERVERS[j]}: ${t.owner} still holds ${t.target}|${type} under its tombstone`);
@@ -595,7 +610,8 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
       try {
         const keys = (await fullHistory(client, peer)).map((h) => h.messageKey);
         const seen = new Set<string>();
-        for (const k of keys) if (seen.has(k) || !seen.add(k)) v.push(`${SERVERS[i]}: ${owner}'s history shows ${k} twice`);
+        for (const k of keys)
+          if (seen.has(k) || !seen.add(k)) v.push(`${SERVERS[i]}: ${owner}'s history shows ${k} twice`);
       } finally {
         await client.close();
       }

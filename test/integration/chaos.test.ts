@@ -8,7 +8,8 @@ import { describe, it } from 'node:test';
 import { runChaos, startChaosNetwork } from '../helpers/chaos.js';
 
 const seconds = Number(process.env.CHAOS_SECONDS ?? 20);
-const seed = process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
+const seed =
+  process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
 
 describe('chaos', () => {
   it(
