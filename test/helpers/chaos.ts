@@ -57,13 +57,13 @@ export function prng(seed: number): () => number {
   };
 }
 
-export type FaultKind = 'kill' | 'cut' | 'delay' | 'halfOpen' | 'drop' | 'emptyDb';
+export type FaultKind = 'kill' | 'cut' | 'delay' | 'halfOpen' | 'drop' | 'isolate' | 'emptyDb';
 
 export interface Fault {
   /** When it starts, in ms after the run started. */
   atMs: number;
   kind: FaultKind;
-  /** Index into SERVERS: the server killed or wiped, or whose incoming link is hit. */
+  /** Index into SERVERS: the server killed or wiped, or whose incoming link is hit (isolate: and its partner's). */
   server: number;
   /** How long it lasts (down time, partition, delay) before it is healed. */
   forMs: number;
@@ -73,8 +73,9 @@ export interface Fault {
 
 /**
  * The injector's plan for a run of `seconds`, from the seed alone: faults one after another with a gap
- * of 0.3–2 s, each lasting 0.5–3 s, until the end; at least one kill and one empty-database restart
- * (one per started minute).
+ * of 0.3–2 s, each lasting 0.5–3 s (an isolation of a user's two servers: 1–4 s past the compressed
+ * hour, so pairs to them fail), until the end; at least one kill and one empty-database restart (one
+ * per started minute).
  */
 export function planFaults(seed: number, seconds: number): Fault[] {
   const rnd = prng(seed);
@@ -84,6 +85,7 @@ export function planFaults(seed: number, seconds: number): Fault[] {
     ['delay', 2],
     ['halfOpen', 2],
     ['drop', 1],
+    ['isolate', 1],
   ];
   const total = kinds.reduce((s, [, w]) => s + w, 0);
   const plan: Fault[] = [];
@@ -95,9 +97,10 @@ export function planFaults(seed: number, seconds: number): Fault[] {
       atMs: Math.round(at),
       kind,
       server: Math.floor(rnd() * 4),
-      forMs: Math.round(500 + rnd() * 2500),
+      forMs: Math.round((kind === 'isolate' ? HOUR_MS + 1000 : 500) + rnd() * (kind === 'isolate' ? 3000 : 2500)),
       delayMs: Math.round(100 + rnd() * 1200),
     };
+    if (at + fault.forMs >= seconds * 1000 - 4000) break;
     plan.push(fault);
     // An empty-database restart takes a few seconds of its own (sync, restart, rebuild).
     at += fault.forMs + 300 + rnd() * 1700;
@@ -207,7 +210,7 @@ export async function runChaos(
     seed,
     seconds,
     plan,
-    injected: { kill: 0, cut: 0, delay: 0, halfOpen: 0, drop: 0, emptyDb: 0, restarts: 0 },
+    injected: { kill: 0, cut: 0, delay: 0, halfOpen: 0, drop: 0, isolate: 0, emptyDb: 0, restarts: 0 },
     driven: {
       sends: 0,
       sends200: 0,
@@ -423,6 +426,14 @@ export async function runChaos(
         case 'drop':
           relay.drop();
           break;
+        case 'isolate': {
+          // Both servers of one user: nothing reaches them (calls, replication between them) for over an hour.
+          const pair = [relays[f.server & ~1]!, relays[f.server | 1]!];
+          pair.forEach((r) => r.cut());
+          await sleep(f.forMs);
+          pair.forEach((r) => r.heal());
+          break;
+        }
         case 'emptyDb':
           await emptyDbRestart(f.server);
           break;
@@ -547,6 +558,8 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
       if (row && row.state !== 'delivered' && row.state !== 'failed')
         v.push(`${SERVERS[i]}: 200-answered ${r.pair.outgoingKey} is ${row.state}`);
       if (deletedBase.has(r.pair.baseKey) && tombstoned(i, r.from, r.pair.baseKey)) continue;
+      // A pair a server holds is one it delivers or did (docs/protocol.md §6.8: also one that came by sync).
+      if (!row) v.push(`${SERVERS[i]}: 200-answered ${r.pair.outgoingKey} has no delivery row`);
       const copy = copyOf(i, r.from, r.pair.baseKey, r.op === 'DeleteMessage' ? 6 : 2);
       if (!copy) v.push(`${SERVERS[i]}: 200-answered ${r.pair.outgoingKey} missing from ${r.from}'s copies`);
       else if (copy.rev < r.revisionTimeMs)
