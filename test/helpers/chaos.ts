@@ -62,6 +62,8 @@ export type FaultKind = 'kill' | 'cut' | 'delay' | 'halfOpen' | 'drop' | 'isolat
 export interface Fault {
   /** When it starts, in ms after the run started. */
   atMs: number;
+  /** 0: process faults, 1: link faults (see TRACKS). */
+  track: number;
   kind: FaultKind;
   /** Index into SERVERS: the server killed or wiped, or whose incoming link is hit (isolate: and its partner's). */
   server: number;
@@ -71,49 +73,62 @@ export interface Fault {
   delayMs: number;
 }
 
-/**
- * The injector's plan for a run of `seconds`, from the seed alone: faults one after another with a gap
- * of 0.3–2 s, each lasting 0.5–3 s (an isolation of a user's two servers: 1–4 s past the compressed
- * hour, so pairs to them fail), until the end; at least one kill and one empty-database restart (one
- * per started minute).
- */
-export function planFaults(seed: number, seconds: number): Fault[] {
-  const rnd = prng(seed);
-  const kinds: [FaultKind, number][] = [
-    ['kill', 3],
+/** Process faults (kill, empty database) on one track, link faults on the other; the two overlap freely. */
+const TRACKS: [FaultKind, number][][] = [
+  [['kill', 1]],
+  [
     ['cut', 2],
     ['delay', 2],
     ['halfOpen', 2],
     ['drop', 1],
     ['isolate', 1],
-  ];
-  const total = kinds.reduce((s, [, w]) => s + w, 0);
+  ],
+];
+
+/**
+ * The injector's plan for a run of `seconds`, from the seed alone, on two tracks that run at once: on
+ * each, faults one after another with a gap of 0.3–2 s (process track: 1–4 s), each lasting 0.5–3 s
+ * (an isolation of a user's two servers: 1–4 s past the compressed hour, so pairs to them fail), until
+ * the end. The process track kills, and restarts from an empty database once per started minute.
+ * Sorted by start time.
+ */
+export function planFaults(seed: number, seconds: number): Fault[] {
   const plan: Fault[] = [];
-  // Room at the end for the last fault to heal before the driver stops.
-  for (let at = 300 + rnd() * 1700; at < seconds * 1000 - 4000;) {
-    let pick = rnd() * total;
-    const kind = kinds.find(([, w]) => (pick -= w) < 0)![0];
-    const fault = {
-      atMs: Math.round(at),
-      kind,
-      server: Math.floor(rnd() * 4),
-      forMs: Math.round((kind === 'isolate' ? HOUR_MS + 1000 : 500) + rnd() * (kind === 'isolate' ? 3000 : 2500)),
-      delayMs: Math.round(100 + rnd() * 1200),
-    };
-    if (at + fault.forMs >= seconds * 1000 - 4000) break;
-    plan.push(fault);
-    // An empty-database restart takes a few seconds of its own (sync, restart, rebuild).
-    at += fault.forMs + 300 + rnd() * 1700;
+  for (const [track, kinds] of TRACKS.entries()) {
+    const rnd = prng(seed ^ (track * 0x27d4eb2f));
+    const total = kinds.reduce((s, [, w]) => s + w, 0);
+    const gap = () => (track === 0 ? 1000 + rnd() * 3000 : 300 + rnd() * 1700);
+    const own: Fault[] = [];
+    // Room at the end for the last fault to heal before the driver stops.
+    for (let at = gap(); ;) {
+      let pick = rnd() * total;
+      const kind = kinds.find(([, w]) => (pick -= w) < 0)![0];
+      const isolate = kind === 'isolate';
+      const fault = {
+        atMs: Math.round(at),
+        track,
+        kind,
+        server: Math.floor(rnd() * 4),
+        forMs: Math.round((isolate ? HOUR_MS + 1000 : 500) + rnd() * (isolate ? 3000 : 2500)),
+        delayMs: Math.round(100 + rnd() * 1200),
+      };
+      if (at + fault.forMs >= seconds * 1000 - 4000) break;
+      own.push(fault);
+      at += fault.forMs + gap();
+    }
+    if (track === 0) {
+      const wipes = Math.max(1, Math.ceil(seconds / 60));
+      for (let w = 0; w < wipes && own.length > 0; w++) {
+        // One in each slice of the track, never its first fault, so there is history to lose.
+        const from = Math.max(1, Math.floor((w * own.length) / wipes));
+        const to = Math.max(from + 1, Math.floor(((w + 1) * own.length) / wipes));
+        const i = Math.min(own.length - 1, from + Math.floor(rnd() * (to - from)));
+        own[i] = { ...own[i]!, kind: 'emptyDb' };
+      }
+    }
+    plan.push(...own);
   }
-  const wipes = Math.max(1, Math.ceil(seconds / 60));
-  for (let w = 0; w < wipes && plan.length > 0; w++) {
-    // One in each slice of the plan, never the first fault, so there is history to lose.
-    const slice = plan.length / wipes;
-    const i = Math.min(plan.length - 1, Math.max(1, Math.floor(w * slice + rnd() * slice)));
-    plan[i] = { ...plan[i]!, kind: 'emptyDb' };
-  }
-  if (!plan.some((f) => f.kind === 'kill') && plan.length > 0) plan[0] = { ...plan[0]!, kind: 'kill' };
-  return plan;
+  return plan.sort((a, b) => a.atMs - b.atMs || a.track - b.track);
 }
 
 /** What the driver did, as each request's answer said. */
@@ -375,7 +390,7 @@ export async function runChaos(
     let resume!: () => void;
     paused = new Promise((r) => (resume = r));
     try {
-      await waitUntil(() => inFlight === 0, 30_000, 'the driver idle');
+      await waitUntil(() => inFlight === 0 && !linkFaultOn, 30_000, 'the driver idle and the links healed');
       await retrying(() => syncNow(servers[partner]!.httpUrl, ADMIN_TOKEN));
       await servers[victim]!.kill('SIGKILL');
       await servers[victim]!.resetDb();
@@ -394,10 +409,14 @@ export async function runChaos(
       resume();
     }
   };
-  const inject = async (): Promise<void> => {
-    for (const f of plan) {
+  let linkFaultOn = false;
+  const inject = async (track: number): Promise<void> => {
+    for (const f of plan.filter((x) => x.track === track)) {
       const wait = t0 + f.atMs - Date.now();
       if (wait > 0) await sleep(wait);
+      // Links stay healed while a server is rebuilt from an empty database (the link faults wait).
+      while (track === 1 && paused) await paused;
+      linkFaultOn = track === 1;
       log(`chaos: +${Date.now() - t0} ms ${f.kind} ${SERVERS[f.server]} for ${f.forMs} ms`);
       report.injected[f.kind]++;
       const s = servers[f.server]!;
@@ -438,6 +457,7 @@ export async function runChaos(
           await emptyDbRestart(f.server);
           break;
       }
+      linkFaultOn = false;
     }
   };
 
@@ -447,7 +467,7 @@ export async function runChaos(
   stopAt = t0 + seconds * 1000;
   const rnd = prng(seed ^ 0x5bd1e995);
   const laneRnds = [prng(Math.floor(rnd() * 2 ** 32)), prng(Math.floor(rnd() * 2 ** 32))];
-  await Promise.all([inject(), ...lanes.map((l, i) => drive(l, laneRnds[i]!))]);
+  await Promise.all([inject(0), inject(1), ...lanes.map((l, i) => drive(l, laneRnds[i]!))]);
   await Promise.all(lanes.flatMap((l) => l.clients.map((c) => c?.close())));
 
   // ---- heal, settle, one replication cycle ----

@@ -10,7 +10,7 @@ describe('chaos fault plan', () => {
     assert.deepEqual(Array.from({ length: 3 }, prng(7)), Array.from({ length: 3 }, prng(7)));
   });
 
-  it('kills at least once, wipes once per started minute, hits every server, and ends before the run does', () => {
+  it('kills and wipes (once per started minute) on one track, cuts links on the other, hits every server, ends before the run does', () => {
     for (let seed = 1; seed <= 50; seed++) {
       for (const seconds of [20, 300]) {
         const plan = planFaults(seed, seconds);
@@ -25,7 +25,13 @@ describe('chaos fault plan', () => {
         }
         for (const [i, f] of plan.entries()) {
           assert.ok(f.atMs + f.forMs < seconds * 1000, `seed ${seed}: fault ${i} ends within the run`);
-          if (i > 0) assert.ok(f.atMs >= plan[i - 1]!.atMs + plan[i - 1]!.forMs, `seed ${seed}: one fault at a time`);
+          const before = plan
+            .slice(0, i)
+            .filter((x) => x.track === f.track)
+            .at(-1);
+          if (before) assert.ok(f.atMs >= before.atMs + before.forMs, `seed ${seed}: one fault at a time on a track`);
+          assert.equal(f.track, f.kind === 'kill' || f.kind === 'emptyDb' ? 0 : 1);
+          if (i > 0) assert.ok(f.atMs >= plan[i - 1]!.atMs, `seed ${seed}: sorted`);
         }
       }
     }
