@@ -383,6 +383,13 @@ export async function runChaos(
       }
     }
   };
+  /** One replication cycle of server i that reached every peer without an error. */
+  const cleanSync = (i: number) =>
+    retrying(async () => {
+      const summary = await syncNow(servers[i]!.httpUrl, ADMIN_TOKEN);
+      if (summary.errors > 0) throw new Error(`sync cycle of ${SERVERS[i]}: ${summary.errors} error(s)`);
+      return summary;
+    });
   const emptyDbRestart = async (victim: number): Promise<void> => {
     const partner = victim ^ 1;
     const owner = victim < 2 ? 'alice' : 'bob';
@@ -391,7 +398,7 @@ export async function runChaos(
     paused = new Promise((r) => (resume = r));
     try {
       await waitUntil(() => inFlight === 0 && !linkFaultOn, 30_000, 'the driver idle and the links healed');
-      await retrying(() => syncNow(servers[partner]!.httpUrl, ADMIN_TOKEN));
+      await cleanSync(partner);
       await servers[victim]!.kill('SIGKILL');
       await servers[victim]!.resetDb();
       await restart(victim);
@@ -403,7 +410,7 @@ export async function runChaos(
       await retrying(() =>
         adminCall(servers[partner]!.httpUrl, 'POST', `/admin/mark-unsynced?owner=${owner}`, ADMIN_TOKEN),
       );
-      await retrying(() => syncNow(servers[victim]!.httpUrl, ADMIN_TOKEN));
+      await cleanSync(victim);
     } finally {
       paused = null;
       resume();
@@ -416,7 +423,7 @@ export async function runChaos(
       if (wait > 0) await sleep(wait);
       // Links stay healed while a server is rebuilt from an empty database (the link faults wait).
       while (track === 1 && paused) await paused;
-      linkFaultOn = track === 1;
+      if (track === 1) linkFaultOn = true;
       log(`chaos: +${Date.now() - t0} ms ${f.kind} ${SERVERS[f.server]} for ${f.forMs} ms`);
       report.injected[f.kind]++;
       const s = servers[f.server]!;
@@ -457,7 +464,7 @@ export async function runChaos(
           await emptyDbRestart(f.server);
           break;
       }
-      linkFaultOn = false;
+      if (track === 1) linkFaultOn = false;
     }
   };
 
@@ -485,7 +492,7 @@ export async function runChaos(
   await waitUntil(async () => (await acceptedLeft()) === 0, 2 * HOUR_MS + 30_000, 'no delivery row accepted').catch(
     () => undefined,
   );
-  for (const s of servers) await retrying(() => syncNow(s.httpUrl, ADMIN_TOKEN));
+  for (const i of servers.keys()) await cleanSync(i);
   log(`chaos: settled after ${Date.now() - t0} ms; checking`);
 
   await checkInvariants(servers, records, report);
