@@ -596,6 +596,25 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
     }
   }
 
+  const history = new Map<string, Set<string>>();
+  // Each user's history, as their client reads it on each of their servers, shows every message once.
+  for (const [owner, user, peer] of [
+    ['alice', alice, 'bob'],
+    ['bob', bob, 'alice'],
+  ] as const)
+    for (const i of HOMES[owner]!) {
+      const client = await connectUser(servers[i]!.wsUrl, user, `${owner}-checker`);
+      try {
+        const keys = (await fullHistory(client, peer)).map((h) => h.messageKey);
+        const seen = new Set<string>();
+        history.set(`${i}:${owner}`, seen);
+        for (const k of keys)
+          if (seen.has(k) || !seen.add(k)) v.push(`${SERVERS[i]}: ${owner}'s history shows ${k} twice`);
+      } finally {
+        await client.close();
+      }
+    }
+
   // Every `delivered` copy is in the recipient's history on both of the recipient's servers.
   for (const [i, rows] of delivery.entries())
     for (const d of rows) {
@@ -606,6 +625,8 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
         const copy = copyOf(j, d.recipient, d.baseKey, incomingType);
         if (!copy)
           v.push(`${SERVERS[j]}: ${d.baseKey}|${incomingType}, delivered by ${SERVERS[i]}, missing for ${d.recipient}`);
+        else if (incomingType === 1 && !history.get(`${j}:${d.recipient}`)?.has(`${d.baseKey}|1`))
+          v.push(`${SERVERS[j]}: ${d.baseKey}|1, delivered by ${SERVERS[i]}, not in ${d.recipient}'s history`);
         else if (copy.rev < d.rev)
           v.push(`${SERVERS[j]}: ${d.baseKey} at revision ${copy.rev}, ${SERVERS[i]} delivered ${d.rev}`);
       }
@@ -639,23 +660,6 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
       if (vb.get(key) !== rev) v.push(`${owner}: ${key} is ${rev} on ${SERVERS[a]}, ${vb.get(key)} on ${SERVERS[b]}`);
     for (const key of vb.keys()) if (!va.has(key)) v.push(`${owner}: ${key} on ${SERVERS[b]} only`);
   }
-
-  // Each user's history, as their client reads it on each of their servers, shows every message once.
-  for (const [owner, user, peer] of [
-    ['alice', alice, 'bob'],
-    ['bob', bob, 'alice'],
-  ] as const)
-    for (const i of HOMES[owner]!) {
-      const client = await connectUser(servers[i]!.wsUrl, user, `${owner}-checker`);
-      try {
-        const keys = (await fullHistory(client, peer)).map((h) => h.messageKey);
-        const seen = new Set<string>();
-        for (const k of keys)
-          if (seen.has(k) || !seen.add(k)) v.push(`${SERVERS[i]}: ${owner}'s history shows ${k} twice`);
-      } finally {
-        await client.close();
-      }
-    }
 
   // `shine check` on every database.
   for (const [i, s] of servers.entries()) {
