@@ -378,7 +378,7 @@ export async function runChaos(
       try {
         return await what();
       } catch (err) {
-        if (tries === 20) throw err;
+        if (tries === 40) throw err;
         await sleep(250);
       }
     }
