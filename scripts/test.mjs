@@ -5,6 +5,7 @@
 // Every PostgreSQL database the run makes is named shine_t_<run>_… (SHINE_TEST_RUN); whatever of them is
 // left at the end (a test that crashed before dropping its own) is dropped here.
 // Usage: node scripts/test.mjs [substring filters...]
+// SHINE_TEST_TIMEOUT_MS (default 120000) is the time each test file gets (npm run chaos needs more).
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, statSync } from 'node:fs';
@@ -57,7 +58,14 @@ function runTests(list, extraEnv) {
   return new Promise((resolve) => {
     child = spawn(
       process.execPath,
-      ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=120000', ...list],
+      [
+        '--import',
+        'tsx',
+        '--test',
+        '--test-concurrency=2',
+        `--test-timeout=${process.env.SHINE_TEST_TIMEOUT_MS ?? 120000}`,
+        ...list,
+      ],
       { stdio: 'inherit', env: { ...env, ...extraEnv } },
     );
     child.once('close', (code, signal) => {

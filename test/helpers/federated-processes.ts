@@ -14,6 +14,14 @@ export interface FederatedSpec {
   serverLogin: string;
   /** Extra environment of this server only. */
   env?: Record<string, string>;
+  /** Its port (default: a free one). */
+  port?: number;
+  /**
+   * Its SHINE_PUBLIC_WS_URL: the URL in its descriptor, which its peers' calls dial (they fetch the
+   * descriptor from the SHINE_PEERS address, its own port), e.g. a relay (test/helpers/ws-proxy.ts) in
+   * front of `port`.
+   */
+  publicWsUrl?: string;
 }
 
 /** The admin token every process of startFederatedProcesses gets (so /debug is reachable). */
@@ -27,7 +35,7 @@ export async function startFederatedProcesses(
   specs: FederatedSpec[],
   env: Record<string, string> = {},
 ): Promise<ServerProcess[]> {
-  const ports = await Promise.all(specs.map(() => freePort()));
+  const ports = await Promise.all(specs.map((s) => s.port ?? freePort()));
   const started = await Promise.allSettled(
     specs.map((spec, i) =>
       startServerProcess({
@@ -40,6 +48,7 @@ export async function startFederatedProcesses(
             .filter((p) => p !== null)
             .join(','),
           SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
+          ...(spec.publicWsUrl ? { SHINE_PUBLIC_WS_URL: spec.publicWsUrl } : {}),
           ...env,
           ...spec.env,
         },

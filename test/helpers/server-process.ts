@@ -36,6 +36,11 @@ export interface ServerProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
   /** Starts it again on the same port and data folder. */
   restart(): Promise<void>;
+  /**
+   * Empties its database (it must be stopped; only the database it was given): started again, it finds
+   * a new one, as a server that lost its disk. Its key stays if SHINE_SERVER_KEY_SEED_B64 names it.
+   */
+  resetDb(): Promise<void>;
   /** Stops it, drops the database it was given (not one opts.env named) and removes its data folder. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -161,6 +166,11 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
     },
     kill,
     restart: launch,
+    resetDb: async () => {
+      if (child.exitCode === null && child.signalCode === null) throw new Error('resetDb of a running server');
+      if (!db) throw new Error('resetDb of a database the test named itself (opts.env.SHINE_DB)');
+      await db.reset();
+    },
     close,
     [Symbol.asyncDispose]: close,
   };

@@ -4,6 +4,8 @@
  * test, and can hold back chosen client frames — so a test can stop a peer between two steps of a
  * protocol (e.g. after it stored a sync page, before its ACK reaches the source). Pings are relayed too,
  * so `blackholeOpen()` makes the connections open now half-open: nothing passes either way, nothing closes.
+ * The chaos test also cuts the link (`cut()`: open connections dropped, new ones refused), delays every
+ * frame (`delay(ms)`), drops the open connections (`drop()`) and heals it all (`heal()`).
  */
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -22,6 +24,14 @@ export interface WsProxy extends AsyncDisposable {
   releaseHeld(): number;
   /** From now on the connections open now pass nothing (frames, pings, pongs) and stay open; new ones pass. */
   blackholeOpen(): void;
+  /** Closes every connection open now (both sides); new ones pass. */
+  drop(): void;
+  /** Drops every open connection and refuses new ones (closed as soon as they open) until heal(). */
+  cut(): void;
+  /** Holds every frame (either way) for ms before forwarding it, order kept, until heal() (0: no delay). */
+  delay(ms: number): void;
+  /** Ends cut and delay, and drops the connections blackholeOpen() left half-open (their peers reconnect). */
+  heal(): void;
   /** Connections made through the relay so far. */
   readonly connections: number;
   close(): Promise<void>;
@@ -49,6 +59,11 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
   const dead = new Set<WebSocket>();
   let connections = 0;
   let held: (() => void)[] = [];
+  let cutting = false;
+  let delayMs = 0;
+  const dropAll = (only?: Set<WebSocket>): void => {
+    for (const s of [...(only ?? sockets)]) s.terminate();
+  };
   const proxy: WsProxy = {
     wsUrl: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/ws`,
     filter: () => 'pass',
@@ -61,6 +76,19 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
       now.forEach((forward) => forward());
       return now.length;
     },
+    drop: () => dropAll(),
+    cut: () => {
+      cutting = true;
+      dropAll();
+    },
+    delay: (ms) => {
+      delayMs = ms;
+    },
+    heal: () => {
+      cutting = false;
+      delayMs = 0;
+      dropAll(dead);
+    },
     get connections() {
       return connections;
     },
@@ -72,10 +100,29 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
     [Symbol.asyncDispose]: () => proxy.close(),
   };
   server.on('connection', (client) => {
+    if (cutting) {
+      client.terminate();
+      return;
+    }
     const upstream = new WebSocket(upstreamWsUrl, { maxPayload: 64 * 1024 * 1024, autoPong: false });
     sockets.add(client).add(upstream);
     connections++;
     const passes = (): boolean => !dead.has(client);
+    // Per direction, frames wait out the delay set when they came, in order; with no delay and none
+    // waiting, a frame goes on at once (as before delay() existed).
+    const lanes = { up: { tail: Promise.resolve(), waiting: 0 }, down: { tail: Promise.resolve(), waiting: 0 } };
+    const later = (which: 'up' | 'down', forward: () => void): void => {
+      const lane = lanes[which];
+      if (delayMs === 0 && lane.waiting === 0) return forward();
+      const at = Date.now() + delayMs;
+      lane.waiting++;
+      lane.tail = lane.tail
+        .then(() => new Promise<void>((r) => setTimeout(r, Math.max(0, at - Date.now()))))
+        .then(() => {
+          lane.waiting--;
+          forward();
+        });
+    };
     client.on('ping', (data) => passes() && upstream.readyState === WebSocket.OPEN && upstream.ping(data));
     upstream.on('pong', (data) => passes() && client.pong(data));
     upstream.on('ping', (data) => passes() && client.ping(data));
@@ -92,7 +139,7 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
         else if (upstream.readyState === WebSocket.CONNECTING) early.push(text);
       };
       if (proxy.filter(parse(text)) === 'hold') held.push(forward);
-      else forward();
+      else later('up', forward);
     });
     upstream.on('message', (data) => {
       const text = String(data);
@@ -103,7 +150,7 @@ export async function startWsProxy(upstreamWsUrl: string): Promise<WsProxy> {
         if (client.readyState === WebSocket.OPEN) client.send(text);
       };
       if (proxy.answerFilter(frame) === 'hold') held.push(forward);
-      else forward();
+      else later('down', forward);
     });
     const end = (): void => {
       client.terminate();
