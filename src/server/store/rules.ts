@@ -18,7 +18,7 @@ import {
   receiptTargetBaseKey,
   syncIdOf,
 } from '../../protocol/container.js';
-import type { CopyResult, OutboxPolicy } from './types.js';
+import type { CopyResult, OutboxPolicy, OutboxRow } from './types.js';
 
 /** The revision a stored row carries. */
 export interface StoredRevision {
@@ -165,16 +165,6 @@ export function planCopy(
 
 /** Whether a copy's store changed the database (so outbox and delivery rows follow it). */
 export const copyChanged = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';
-
-/** An outbox row to upsert (dm_sync_outbox; the owner's outbox key is its copy's messageKey). */
-export interface OutboxRow {
-  owner: string;
-  primaryMessageKey: string;
-  syncId: string;
-  storedAtMs: number;
-  blobs: Uint8Array[];
-  synced: boolean;
-}
 
 /**
  * The outbox row for one stored copy of owner, or null when the copy did not change or owner gets no

@@ -17,7 +17,6 @@ import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
 import type { PushStore } from '../push/store.js';
-import type { OutboxRow } from './rules.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
 
@@ -348,6 +347,16 @@ export interface IntegrityReport {
 }
 
 /** An outbox row whose owner has no copy of that key. */
+/** An outbox row to upsert (dm_sync_outbox; the owner's outbox key is its copy's messageKey). */
+export interface OutboxRow {
+  owner: string;
+  primaryMessageKey: string;
+  syncId: string;
+  storedAtMs: number;
+  blobs: Uint8Array[];
+  synced: boolean;
+}
+
 export interface OrphanOutboxRow {
   owner: string;
   primaryMessageKey: string;

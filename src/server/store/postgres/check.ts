@@ -5,7 +5,7 @@
  */
 import { packBlobs, unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
-import type { OutboxRow } from '../rules.js';
+import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
 import type { PgDb } from './db.js';
 

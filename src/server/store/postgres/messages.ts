@@ -10,7 +10,7 @@ import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
 import { deliveryRowValues, toHistoryPage, toStoredCopy } from '../rows.js';
-import type { CopyEffect, CopyFacts, CopyPlan, OutboxRow } from '../rules.js';
+import type { CopyEffect, CopyFacts, CopyPlan } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
   ConversationRow,
@@ -21,6 +21,7 @@ import type {
   StoredCopy,
   StorePairInput,
   StorePairResult,
+  OutboxRow,
 } from '../types.js';
 import type { PgDb } from './db.js';
 import { lockKey } from './db.js';

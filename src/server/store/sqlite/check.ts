@@ -1,7 +1,7 @@
 /** The check area on SQLite (`shine check`): PRAGMA integrity_check, and the shared queries of ../check-sql.ts. */
 import { packBlobs, unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
-import type { OutboxRow } from '../rules.js';
+import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
 import { SqliteArea } from './db.js';
 

@@ -7,7 +7,7 @@ import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
 import { toHistoryPage, toStoredCopy } from '../rows.js';
-import type { CopyEffect, OutboxRow, StoredRevision } from '../rules.js';
+import type { CopyEffect, StoredRevision } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
   ConversationRow,
@@ -18,6 +18,7 @@ import type {
   StoredCopy,
   StorePairInput,
   StorePairResult,
+  OutboxRow,
 } from '../types.js';
 import type { SqliteDb } from './db.js';
 import { SqliteArea } from './db.js';
