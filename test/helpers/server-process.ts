@@ -32,6 +32,8 @@ export interface ServerProcess {
   cpuMs(): number;
   /** Peak resident memory (VmHWM). */
   peakRssKiB(): number;
+  /** Resident memory now (VmRSS). */
+  rssKiB(): number;
   /** Kills the process with the signal and waits for it to exit (SIGKILL in fault tests). */
   kill(signal?: NodeJS.Signals): Promise<void>;
   /** Starts it again on the same port and data folder. */
@@ -66,6 +68,12 @@ function canListen(port: number): Promise<boolean> {
     probe.once('error', () => resolve(false));
     probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
   });
+}
+
+/** A memory field of /proc/PID/status, in KiB. */
+function statusKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) : 0;
 }
 
 export interface ServerProcessOptions {
@@ -160,10 +168,8 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
       // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 per second here).
       return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
     },
-    peakRssKiB() {
-      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
-      return m ? Number(m[1]) : 0;
-    },
+    peakRssKiB: () => statusKiB(child.pid!, 'VmHWM'),
+    rssKiB: () => statusKiB(child.pid!, 'VmRSS'),
     kill,
     restart: launch,
     resetDb: async () => {

@@ -10,7 +10,6 @@
  * picks the traffic.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { toBase64, utf8 } from '../../src/protocol/bytes.js';
 import type { ErrorResponse } from '../../src/protocol/envelope.js';
@@ -30,9 +29,6 @@ const SEED = Number(process.env.LOAD_SEED ?? 1);
 const REMOTE_USERS = 10;
 /** Sessions logging in at once. */
 const AT_ONCE = 32;
-
-const rssKiB = (pid: number): number =>
-  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
 
 /** A small seeded generator (xorshift32), so a run's traffic is the same every time. */
 function prng(seed: number): () => number {
@@ -66,7 +62,7 @@ describe('load: mixed traffic on thousands of sessions while federated', () => {
       const locals = Array.from({ length: USERS }, (_, i) => makeUser(`load${i}`, ['alpha'], seedFor(`load${i}`)));
       const remotes = Array.from({ length: REMOTE_USERS }, (_, i) => makeUser(`far${i}`, ['beta'], seedFor(`far${i}`)));
       sessions.push(...(await openAll(REMOTE_USERS, (i) => connectUser(b.wsUrl, remotes[i]!, 'far-phone'))));
-      const rssBefore = rssKiB(a.pid);
+      const rssBefore = a.rssKiB();
       const phones = await openAll(USERS, (i) => connectUser(a.wsUrl, locals[i]!, 'phone'));
       const laptops = await openAll(USERS, (i) => connectUser(a.wsUrl, locals[i]!, 'laptop'));
       sessions.push(...phones, ...laptops);
@@ -75,7 +71,7 @@ describe('load: mixed traffic on thousands of sessions while federated', () => {
         30_000,
         'every session open on alpha',
       );
-      const perSessionKiB = (rssKiB(a.pid) - rssBefore) / (2 * USERS);
+      const perSessionKiB = (a.rssKiB() - rssBefore) / (2 * USERS);
       const lagBefore = await metricSum(a.httpUrl, 'nodejs_eventloop_lag_p99_seconds');
 
       // The traffic: each operation at its time, not waiting for the ones before.

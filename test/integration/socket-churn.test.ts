@@ -6,7 +6,7 @@
  * docs/reliability.md).
  */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import type { WebSocket } from 'ws';
 import { textPair } from '../helpers/federation.js';
@@ -21,8 +21,6 @@ const CHURN = Number(process.env.SOCKET_CHURN ?? 2_000);
 const AT_ONCE = 100;
 
 const openFds = (pid: number): number => readdirSync(`/proc/${pid}/fd`).length;
-const rssKiB = (pid: number): number =>
-  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
 
 describe('sockets that come and go, and one that stops reading', () => {
   it(`${CHURN} sockets open and close (a tenth log in first): no session or descriptor is left, and a bystander never notices`, async (t) => {
@@ -34,7 +32,7 @@ describe('sockets that come and go, and one that stops reading', () => {
     const sessions = () => metricSum(server.httpUrl, 'shine_sessions_open');
     await waitUntil(async () => (await sessions()) === 1, 10_000, 'only the bystander open');
     const fdsBefore = openFds(server.pid);
-    const rssBefore = rssKiB(server.pid);
+    const rssBefore = server.rssKiB();
     const started = performance.now();
 
     for (let done = 0; done < CHURN; done += AT_ONCE) {
@@ -59,7 +57,7 @@ describe('sockets that come and go, and one that stops reading', () => {
     await assertSessionWorks(bystander);
     t.diagnostic(
       `${CHURN} sockets in ${seconds.toFixed(1)} s; descriptors ${fdsBefore} → ${openFds(server.pid)}; ` +
-        `RSS ${Math.round(rssBefore / 1024)} → ${Math.round(rssKiB(server.pid) / 1024)} MiB`,
+        `RSS ${Math.round(rssBefore / 1024)} → ${Math.round(server.rssKiB() / 1024)} MiB`,
     );
   });
 
