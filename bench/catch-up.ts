@@ -10,7 +10,7 @@
  */
 import { machine } from './lib/machine.js';
 import { createRequire } from 'node:module';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { toBase64 } from '../src/protocol/bytes.js';
@@ -49,9 +49,6 @@ function rawVerifyRate(msPerRound = 500): number {
   }
   return Math.round(best);
 }
-
-const rssKiB = (pid: number, field: 'VmRSS' | 'VmHWM'): number =>
-  Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
 
 const profile = signProfile(
   {
@@ -131,7 +128,7 @@ await using source = await startServerProcess({
 });
 
 const rawVerifyPerSec = rawVerifyRate();
-const idleRssKiB = rssKiB(puller.pid, 'VmRSS');
+const idleRssKiB = puller.rssKiB();
 const cpu0 = puller.cpuMs();
 const sourceCpu0 = source.cpuMs();
 const t0 = performance.now();

@@ -246,7 +246,12 @@ export function verifyContainer(
   publicKey: Uint8Array,
   verifier: SignatureVerifier = nobleVerifier,
 ): boolean {
-  return verifier.verify(c.signature, c.bytes.subarray(0, c.signedLength), publicKey);
+  return verifier.verify(c.signature, signedBytesOf(c), publicKey);
+}
+
+/** The bytes a container's signature covers. */
+export function signedBytesOf(c: Container): Uint8Array {
+  return c.bytes.subarray(0, c.signedLength);
 }
 
 // ---- keys ----

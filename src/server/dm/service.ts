@@ -2,7 +2,7 @@
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
-import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem } from '../../protocol/container.js';
+import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem, signedBytesOf } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -60,7 +60,12 @@ const HOUR = 3_600_000;
 export class DmService {
   private maintenance: TimerHandle | null = null;
 
-  constructor(private readonly deps: DmDeps) {}
+  /** A request's signatures are checked on the event loop (docs/performance.md: a thread did not pay). */
+  private readonly inline: BulkVerifier;
+
+  constructor(private readonly deps: DmDeps) {
+    this.inline = inlineBulkVerifier(deps.verifier);
+  }
 
   /** Starts the hourly clean-up of forgotten devices. */
   start(): void {
@@ -109,7 +114,7 @@ export class DmService {
 
   /** Signatures by fromLogin's key, then the time bound: shared by every path that accepts copies. */
   async checkSigned(...copies: Container[]): Promise<void> {
-    const [problem] = await this.checkSignedRows([copies], inlineBulkVerifier(this.deps.verifier));
+    const [problem] = await this.checkSignedRows([copies], this.inline);
     if (problem) throw problem;
   }
 
@@ -138,7 +143,7 @@ export class DmService {
           : null,
       );
       for (const c of copies) {
-        jobs.push({ signature: c.signature, message: c.bytes.subarray(0, c.signedLength), publicKey: from.signKey });
+        jobs.push({ signature: c.signature, message: signedBytesOf(c), publicKey: from.signKey });
         rowOfJob.push(problems.length - 1);
       }
     }
