@@ -16,6 +16,7 @@ import {
   verifyContainer,
 } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import { copyChanged } from '../store/rules.js';
 import type { Store } from '../store/types.js';
 
 /** Copies read per page. */
@@ -271,7 +272,7 @@ async function restoreFromOutbox(
           })
         ).outgoing
       : await deps.store.messages.storeCopy({ copy: own, nowMs, outbox, silent: true });
-  return r.outcome === 'inserted' || r.outcome === 'updated' ? 'restored' : 'drop';
+  return copyChanged(r) ? 'restored' : 'drop';
 }
 
 /**

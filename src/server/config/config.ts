@@ -290,7 +290,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     );
   }
 
-  const rateLimit = { ...d.rateLimit, ...input.rateLimit };
+  const rateLimit = rate('rateLimit', input.rateLimit);
   const config: Config = {
     host,
     port,
@@ -312,7 +312,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
-    rateLimit: rate('rateLimit', rateLimit),
+    rateLimit,
     // A user's two devices may each use their connection's whole limit.
     loginRateLimit: rate('loginRateLimit', input.loginRateLimit, {
       perSecond: 2 * rateLimit.perSecond,
