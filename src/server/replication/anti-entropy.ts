@@ -31,7 +31,10 @@ export interface AntiEntropyDeps {
   log: Logger;
   metrics: Metrics;
   /** The sync ops' check of the caller (the owner's other access server); answers the owner or throws. */
-  checkPeer(p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined }, s: Session): Promise<string>;
+  checkPeer(
+    p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined },
+    s: Session,
+  ): Promise<string>;
   /** Verifies and stores rows like a sync page (silently; pairs get delivery rows); answers the syncIds stored. */
   storeRows(peer: string, owner: string, items: SyncItem[]): Promise<string[]>;
 }
@@ -61,7 +64,7 @@ export const emptyRepairStats = (): RepairStats => ({
 });
 
 export function addRepairStats(into: RepairStats, add: RepairStats): void {
-  for (const k of Object.keys(into) as (keyof RepairStats)[]) into[k] += add[k];
+  for (const k of Object.keys(emptyRepairStats()) as (keyof RepairStats)[]) into[k] += add[k];
 }
 
 /** A range of at most this many copies (on either side) is compared key by key. */
@@ -100,7 +103,11 @@ export class AntiEntropy {
 
   constructor(private readonly deps: AntiEntropyDeps) {
     const m = deps.metrics;
-    this.compared = m.counter('repair_ranges_compared_total', 'Outbox time ranges whose digests anti-entropy compared', []);
+    this.compared = m.counter(
+      'repair_ranges_compared_total',
+      'Outbox time ranges whose digests anti-entropy compared',
+      [],
+    );
     this.differing = m.counter(
       'repair_differences_total',
       'Copies a peer held that this server lacked or held in an older revision, found by anti-entropy',
@@ -204,7 +211,8 @@ export class AntiEntropy {
         call('DmDigest', { ownerLogin: owner, ...range, buckets: n }),
         this.deps.store.replication.dmDigest(owner, ranges),
       ]);
-      if (theirs.items.length !== n) throw new ShineError('INTERNAL', `DmDigest answered ${theirs.items.length} of ${n}`);
+      if (theirs.items.length !== n)
+        throw new ShineError('INTERNAL', `DmDigest answered ${theirs.items.length} of ${n}`);
       stats.rangesCompared += n;
       return ranges.flatMap((r, i) => {
         const t = theirs.items[i]!;
@@ -268,7 +276,8 @@ export class AntiEntropy {
       }),
     );
     if (wanted.length === 0) return;
-    for (const [, keys] of wanted) stats.differences += keys.filter((k) => !sameRevision(ours.get(k), remote.get(k)!)).length;
+    for (const [, keys] of wanted)
+      stats.differences += keys.filter((k) => !sameRevision(ours.get(k), remote.get(k)!)).length;
     const fetched = new Map<string, { blobB64: string; storedAtMs?: number | undefined }>();
     const keys = wanted.flatMap(([, k]) => k);
     for (let i = 0; i < keys.length; i += MAX_FETCH_KEYS) {

@@ -96,8 +96,15 @@ const HOUR = 3_600_000;
 /** How often POST /admin/sync asks again for the replication lock another process holds. */
 const LOCK_RETRY_MS = 250;
 
+/** A peer's return starts at most one cycle with it per this long (docs/protocol.md §7). */
+const RETURN_DEBOUNCE_MS = 60_000;
+
 export class ReplicationService {
   private timer: TimerHandle | null = null;
+  private closed = false;
+  /** Cycles scheduled because a peer showed life again, by peer, and when the last one started. */
+  private readonly returnTimers = new Map<string, TimerHandle>();
+  private readonly lastReturnAtMs = new Map<string, number>();
   private running: Promise<SyncCycleSummary | null> | null = null;
   private readonly skipped: Counter;
   private readonly pulled: Counter;
@@ -251,7 +258,43 @@ export class ReplicationService {
 
   /** Stops scheduling; a running cycle ends at the background queue's abort, which shutdown sends first. */
   close(): void {
+    this.closed = true;
     this.timer?.cancel();
+    for (const t of this.returnTimers.values()) t.cancel();
+    this.returnTimers.clear();
+  }
+
+  /**
+   * A peer server showed life after failures (it connected to this server, or answered again after
+   * errors): a cycle with it starts within syncOnReturnMs — halfway, so signs close together (our dial and
+   * its own) make one cycle — and at most once a minute per peer, so a partition heals in seconds.
+   */
+  peerReturned(peer: string): void {
+    const { clock, config, background } = this.deps;
+    if (this.closed || config.serverLogin === 'local' || this.returnTimers.has(peer)) return;
+    const now = clock.now();
+    const last = this.lastReturnAtMs.get(peer);
+    const at = Math.max(
+      now + Math.floor(config.syncOnReturnMs / 2),
+      last === undefined ? 0 : last + RETURN_DEBOUNCE_MS,
+    );
+    this.returnTimers.set(
+      peer,
+      clock.setTimer(at - now, () => {
+        this.returnTimers.delete(peer);
+        if (this.closed) return;
+        this.lastReturnAtMs.set(peer, clock.now());
+        background.run('replication cycle on a peer’s return', { peer }, async () => {
+          // After a cycle running now, which may have met the peer while it was away.
+          while (this.running) await this.running.catch(() => null);
+          if (this.closed) return;
+          this.running = this.lockedCycle(peer).finally(() => {
+            this.running = null;
+          });
+          await this.running;
+        });
+      }),
+    );
   }
 
   /**
@@ -279,15 +322,16 @@ export class ReplicationService {
     return this.running;
   }
 
-  private async lockedCycle(): Promise<SyncCycleSummary | null> {
+  /** A cycle under the replication lock: with every peer, or with onlyPeer. */
+  private async lockedCycle(onlyPeer?: string): Promise<SyncCycleSummary | null> {
     const out: { summary: SyncCycleSummary | null } = { summary: null };
     await this.deps.store.processes.exclusively('replication', async () => {
-      out.summary = await this.cycle(this.deps.background.signal);
+      out.summary = await this.cycle(this.deps.background.signal, onlyPeer);
     });
     return out.summary;
   }
 
-  private async cycle(signal: AbortSignal): Promise<SyncCycleSummary> {
+  private async cycle(signal: AbortSignal, onlyPeer?: string): Promise<SyncCycleSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
     const summary: SyncCycleSummary = {
@@ -301,6 +345,7 @@ export class ReplicationService {
     };
     if (config.serverLogin === 'local') return summary;
     for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
+      if (onlyPeer !== undefined && peer !== onlyPeer) continue;
       summary.peers++;
       for (const owner of await store.directory.sharedUsers(config.serverLogin, peer)) {
         if (signal.aborted) break;
@@ -339,7 +384,9 @@ export class ReplicationService {
     const signal = this.deps.background.signal;
     if (config.serverLogin !== 'local') {
       for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
-        const owners = (await store.directory.sharedUsers(config.serverLogin, peer)).filter((o) => !owner || o === owner);
+        const owners = (await store.directory.sharedUsers(config.serverLogin, peer)).filter(
+          (o) => !owner || o === owner,
+        );
         if (owners.length > 0) summary.peers++;
         for (const o of owners) {
           if (signal.aborted) break;
