@@ -25,7 +25,7 @@ import {
   syncNow,
 } from '../helpers/replication.js';
 import { assertError } from '../helpers/assert.js';
-import { queryTestDb } from '../helpers/test-db.js';
+import { queryTestDb, testDbKind } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 const repair = (httpUrl: string, owner?: string) =>
@@ -151,8 +151,9 @@ describe('anti-entropy: a replica restored from an old backup is repaired', () =
     assert.equal(await metricValue(srv(B2).httpUrl, 'repair_differences_total'), summary.differences);
   });
 
-  it('d) two equal histories of 100 000 copies: one round trip, no blob read', { timeout: 300_000 }, async () => {
-    const COPIES = Number(process.env.ANTI_ENTROPY_COPIES ?? 100_000);
+  it('d) two equal histories of 100 000 copies (SQLite): one round trip, no blob read', { timeout: 300_000 }, async () => {
+    // 100 000 on SQLite; the PostgreSQL pass writes its stores a transaction per pair, so a fifth of that.
+    const COPIES = Number(process.env.ANTI_ENTROPY_COPIES ?? (testDbKind() === 'postgres' ? 20_000 : 100_000));
     await using net = await startNetwork({
       federate: true,
       servers: [
