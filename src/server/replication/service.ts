@@ -9,7 +9,7 @@ import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js'
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryStatusItem, OpAnswer, SyncCycleSummary } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
-import { untilAborted } from '../background/queue.js';
+import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { BulkVerifier } from '../crypto/verify-pool.js';
@@ -504,10 +504,10 @@ export class ReplicationService {
       // request for page N+2, the first one sent after they committed. An empty page with acks still
       // owed is followed by one more request carrying them (which may bring rows committed meanwhile).
       const request = (acks: string[]) =>
-        fetched(
+        awaitedLater(
           fetchPage(after, acks).then((page) => {
             const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
-            return { page, items, checked: items.length > 0 ? fetched(storer.check(items)) : null };
+            return { page, items, checked: items.length > 0 ? awaitedLater(storer.check(items)) : null };
           }),
         );
       let acks: string[] = [];
@@ -670,15 +670,6 @@ export interface RepairSummary extends RepairStats {
 interface CheckedDmPage {
   decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[];
   remote: Map<string, DeliveryStatusItem>;
-}
-
-/**
- * A page request awaited later: marked handled now, so that if storing the page before it fails first
- * (and the pull ends), its own failure is not an unhandled rejection.
- */
-function fetched<T>(p: Promise<T>): Promise<T> {
-  p.catch(() => {});
-  return p;
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
