@@ -231,7 +231,16 @@ export const opAnswerSchemas = {
   }),
   MarkAllUserSettingsUnsynced: z.object({ updated: num, dmUpdated: num }),
   DmDigest: z.object({
-    items: z.array(z.object({ fromTimeMs: num, toTimeMs: num, count: num, xorSha256B64: z.string() })),
+    items: z.array(
+      z.object({
+        fromTimeMs: num,
+        toTimeMs: num,
+        count: num,
+        xorSha256B64: z.string(),
+        minTimeMs: num.optional(),
+        maxTimeMs: num.optional(),
+      }),
+    ),
   }),
   DmKeys: z.object({
     items: z.array(z.object({ messageKey: z.string(), revisionTimeMs: num, reencryptedAtMs: num })),

@@ -70,7 +70,7 @@ export function addRepairStats(into: RepairStats, add: RepairStats): void {
 /** A range of at most this many copies (on either side) is compared key by key. */
 const LEAF_COPIES = 256;
 /** Buckets per split: about this many copies each, so most sub-ranges are leaves after one split. */
-const COPIES_PER_BUCKET = 64;
+const COPIES_PER_BUCKET = 128;
 /** The comparison covers message times up to this far past the clock (a copy's timeMs is never later). */
 const WINDOW_AHEAD_MS = 86_400_000;
 /** Ranges split or listed at once. */
@@ -128,7 +128,14 @@ export class AntiEntropy {
   async digestOp(p: OpPayload<'DmDigest'>, s: Session): Promise<OpAnswer<'DmDigest'>> {
     const { owner, range } = await this.range(p, s);
     const buckets = await this.deps.store.replication.dmDigest(owner, splitRange(range, p.buckets));
-    return { items: buckets.map((b) => ({ ...rangeOf(b), count: b.count, xorSha256B64: toBase64(b.xor) })) };
+    return {
+      items: buckets.map((b) => ({
+        ...rangeOf(b),
+        count: b.count,
+        xorSha256B64: toBase64(b.xor),
+        ...(b.minTimeMs === null ? {} : { minTimeMs: b.minTimeMs, maxTimeMs: b.maxTimeMs! }),
+      })),
+    };
   }
 
   async keysOp(p: OpPayload<'DmKeys'>, s: Session): Promise<OpAnswer<'DmKeys'>> {
@@ -218,7 +225,8 @@ export class AntiEntropy {
         const t = theirs.items[i]!;
         const remote = { count: t.count, xor: fromBase64(t.xorSha256B64) ?? new Uint8Array(0) };
         const local: DigestBucket = ours[i]!;
-        return sameDigest(remote, local) ? [] : [{ range: r, copies: Math.max(remote.count, local.count) }];
+        if (sameDigest(remote, local)) return [];
+        return [{ range: narrowed(r, local, t), copies: Math.max(remote.count, local.count) }];
       });
     };
 
@@ -353,3 +361,22 @@ async function eachAtMost<T>(n: number, items: readonly T[], fn: (item: T) => Pr
 }
 
 const rangeOf = (r: TimeRange): TimeRange => ({ fromTimeMs: r.fromTimeMs, toTimeMs: r.toTimeMs });
+
+/**
+ * A differing range cut down to where either side has copies, when the peer says where its are
+ * (minTimeMs/maxTimeMs), so the next split divides the copies rather than empty time.
+ */
+function narrowed(
+  range: TimeRange,
+  local: DigestBucket,
+  remote: { count: number; minTimeMs?: number | undefined; maxTimeMs?: number | undefined },
+): TimeRange {
+  if (remote.count > 0 && (remote.minTimeMs === undefined || remote.maxTimeMs === undefined)) return range;
+  const mins = [local.minTimeMs, remote.count > 0 ? remote.minTimeMs! : null].filter((t): t is number => t !== null);
+  const maxs = [local.maxTimeMs, remote.count > 0 ? remote.maxTimeMs! : null].filter((t): t is number => t !== null);
+  if (mins.length === 0) return range;
+  return {
+    fromTimeMs: Math.max(range.fromTimeMs, Math.min(...mins)),
+    toTimeMs: Math.min(range.toTimeMs, Math.max(...maxs) + 1),
+  };
+}
