@@ -20,7 +20,7 @@ import Database from 'better-sqlite3';
 import { toBase64 } from '../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../src/protocol/ed25519.js';
 import { signProfile } from '../src/protocol/identity.js';
-import type { RepairSummary } from '../src/server/replication/service.js';
+import type { RepairSummary } from '../src/protocol/ops.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { ServerProcess } from '../test/helpers/server-process.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';

@@ -10,7 +10,7 @@
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import { compareRevision, incomingKeyOf, outgoingKeyOf, parseSyncId, syncIdOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
+import type { OpAnswer, OpName, OpPayload, RepairStats } from '../../protocol/ops.js';
 import { MAX_DIGEST_BUCKETS, MAX_FETCH_KEYS, MAX_KEYS_ITEMS } from '../../protocol/ops.js';
 import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock } from '../clock.js';
@@ -37,21 +37,6 @@ export interface AntiEntropyDeps {
   ): Promise<string>;
   /** Verifies and stores rows like a sync page (silently; pairs get delivery rows); answers the syncIds stored. */
   storeRows(peer: string, owner: string, items: SyncItem[]): Promise<string[]>;
-}
-
-/** What one repair did, for the log, /metrics and POST /admin/repair. */
-export interface RepairStats {
-  /** Ranges whose digests were compared. */
-  rangesCompared: number;
-  /** Copies the peer holds that this server lacks or holds in an older revision. */
-  differences: number;
-  /** Copies this server holds that the peer lacks or holds older (the peer's own repair fetches them). */
-  peerBehind: number;
-  /** Copies fetched and stored. */
-  copiesRepaired: number;
-  /** Calls to the peer, and the JSON bytes of their payloads and answers. */
-  roundTrips: number;
-  bytes: number;
 }
 
 export const emptyRepairStats = (): RepairStats => ({

@@ -7,7 +7,7 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DeliveryStatusItem, OpAnswer, SyncCycleSummary } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpAnswer, RepairSummary, SyncCycleSummary } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
 import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
@@ -22,7 +22,7 @@ import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
 import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
-import type { RepairStats, SyncItem } from './anti-entropy.js';
+import type { SyncItem } from './anti-entropy.js';
 import { addRepairStats, AntiEntropy, emptyRepairStats } from './anti-entropy.js';
 
 export interface ReplicationDeps {
@@ -656,14 +656,6 @@ export class ReplicationService {
     if (failed) throw failed.reason;
     return decoded.map((d) => d.item.syncId);
   }
-}
-
-/** What POST /admin/repair answers: the repairs of each owner with each peer, added up. */
-export interface RepairSummary extends RepairStats {
-  peers: number;
-  owners: number;
-  errors: number;
-  durationMs: number;
 }
 
 /** A DM page that checkPage kept: its rows that verify, and the peer's delivery status of its pairs. */
