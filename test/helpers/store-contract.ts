@@ -464,9 +464,15 @@ export function storeContract(factory: StoreFactory): void {
         [finished.attempt, finished.leaseUntilMs, finished.lastError, finished.nextAttemptAtMs],
         [2, null, 'beta: timeout', T0 + 300],
       );
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 1, reencryptedAtMs: 0 }, T0), false);
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), true);
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), false);
+      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 1, reencryptedAtMs: 0 }, T0, null), false);
+      assert.equal(
+        await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70, null),
+        true,
+      );
+      assert.equal(
+        await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70, null),
+        false,
+      );
       assert.equal(
         await store.delivery.claimDelivery(ka, finished.rowVersion + 1, T0 + 900),
         null,

@@ -176,6 +176,10 @@ export const POSTGRES_MIGRATIONS: readonly string[] = [
     redis BOOLEAN NOT NULL
   );
   `,
+  // 4: the delivery receipt proving a row's delivery (docs/protocol.md §13.1), as JSON.
+  `
+  ALTER TABLE dm_delivery_state ADD COLUMN receipt_json TEXT;
+  `,
 ];
 
 const MIGRATION_LOCK = lockKey('shine:migrations');

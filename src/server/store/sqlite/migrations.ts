@@ -173,4 +173,8 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     redis INTEGER NOT NULL
   ) STRICT;
   `,
+  // 4: the delivery receipt proving a row's delivery (docs/protocol.md §13.1), as JSON.
+  `
+  ALTER TABLE dm_delivery_state ADD COLUMN receipt_json TEXT;
+  `,
 ];
