@@ -21,6 +21,7 @@ import { connectRaw } from './raw-client.js';
 import type { TestUser } from './users.js';
 import { waitUntil } from './wait.js';
 import { metricSum } from './metrics.js';
+import { containerSha256B64, signReceipt } from '../../src/protocol/receipt.js';
 
 export const ADMIN_TOKEN = 'federation-test-admin';
 
@@ -195,9 +196,12 @@ export interface FakeServer {
   descriptor: ServerDescriptor;
 }
 
-/** A server identity with a fresh key; wsUrl defaults to a loopback port nothing listens on. */
-export function fakeServer(serverLogin: string, wsUrl = 'ws://127.0.0.1:9/ws'): FakeServer {
-  const seed = new Uint8Array(randomBytes(32));
+/** A server identity with a fresh key (or seed); wsUrl defaults to a loopback port nothing listens on. */
+export function fakeServer(
+  serverLogin: string,
+  wsUrl = 'ws://127.0.0.1:9/ws',
+  seed: Uint8Array = new Uint8Array(randomBytes(32)),
+): FakeServer {
   const descriptor = signDescriptor({ serverLogin, wsUrl, signKeyB64: toBase64(ed25519PublicKey(seed)) }, seed);
   return { serverLogin, seed, seedB64: toBase64(seed), descriptor };
 }
@@ -229,36 +233,69 @@ export interface HeldCall {
 }
 
 /**
+ * What a HoldingPeer's ReceiveIncomingMessage answers carry (docs/protocol.md §13.1): a valid receipt
+ * signed with its key, none, one for other bytes (another hash) signed with its key, or a valid-looking
+ * one signed with another key.
+ */
+export type HoldingReceipt = 'valid' | 'none' | 'otherHash' | 'otherKey';
+
+/**
  * A stand-in recipient server on a loopback port: it accepts any ServerAuth and holds every other
  * call until the test answers it (or answers at once while `autoAnswer` is set), so a test decides
- * exactly when, or whether, a delivery call succeeds.
+ * exactly when, or whether, a delivery call succeeds. `identity` is its key and descriptor (with its
+ * wsUrl), for the directory of the servers under test.
  */
 export interface HoldingPeer extends AsyncDisposable {
   readonly wsUrl: string;
+  readonly identity: FakeServer;
   readonly held: HeldCall[];
   autoAnswer: boolean;
+  receipt: HoldingReceipt;
   close(): Promise<void>;
 }
 
 /** A well-formed success answer of a recipient server that stores nothing and has no sessions. */
-function standInAnswer(op: string, payload: Record<string, unknown>): object {
+function standInAnswer(
+  op: string,
+  payload: Record<string, unknown>,
+  identity: FakeServer,
+  mode: HoldingReceipt,
+): object {
   if (op === 'GetDmDeliveryStatus') return { messageKey: String(payload.messageKey), known: false, delivered: false };
   const copy = decodeBlob(String(payload.incomingBlobB64));
-  return {
+  const answer = {
     messageKey: messageKeyOf(copy),
     baseKey: baseKeyOf(copy),
     deliveredWsSessions: 0,
     deliveredWebPushSessions: 0,
   };
+  if (mode === 'none') return answer;
+  const bytes = mode === 'otherHash' ? Uint8Array.from([...copy.bytes, 0]) : copy.bytes;
+  const seed = mode === 'otherKey' ? new Uint8Array(randomBytes(32)) : identity.seed;
+  const receipt = signReceipt(
+    {
+      serverLogin: identity.serverLogin,
+      messageKey: messageKeyOf(copy),
+      revisionTimeMs: copy.revisionTimeMs,
+      reencryptedAtMs: copy.reencryptedAtMs,
+      storedAtMs: Date.now(),
+      containerSha256B64: containerSha256B64(bytes),
+    },
+    (text) => signText(text, seed),
+  );
+  return { ...answer, receipt };
 }
 
 export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
   await new Promise<void>((resolve) => wss.once('listening', () => resolve()));
+  const wsUrl = `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/ws`;
   const peer = {
-    wsUrl: `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/ws`,
+    wsUrl,
+    identity: fakeServer(serverLogin, wsUrl),
     held: [] as HeldCall[],
     autoAnswer: false,
+    receipt: 'valid' as HoldingReceipt,
     close: () =>
       new Promise<void>((resolve) => {
         for (const ws of wss.clients) ws.terminate();
@@ -275,7 +312,7 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
       const call: HeldCall = {
         op: req.op,
         payload: req.payload,
-        answer: () => reply(standInAnswer(req.op, req.payload)),
+        answer: () => reply(standInAnswer(req.op, req.payload, peer.identity, peer.receipt)),
       };
       if (peer.autoAnswer) call.answer();
       else peer.held.push(call);

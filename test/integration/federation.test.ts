@@ -378,7 +378,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
   it('the answer waits at most firstAttemptWaitMs; a later outcome arrives as DmDeliveryStateChanged; a call that never answers times out', async () => {
     await using slow = await startHoldingPeer('slowpoke');
-    const key = fakeServer('slowpoke', slow.wsUrl);
+    const key = slow.identity;
     const bob = makeUser('bob', ['slowpoke']);
     const dir = await mkdtemp(join(tmpdir(), 'shine-fed-'));
     const directoryFile = join(dir, 'directory.json');

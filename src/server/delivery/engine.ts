@@ -10,7 +10,7 @@ import { incomingKeyOf, messageKeyOf } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import type { ServerKey } from '../keys.js';
-import { checkReceipt, expectationFor, receiptFor } from './receipts.js';
+import { checkReceipt, expectationFor, proofSigners, receiptFor } from './receipts.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
@@ -161,7 +161,7 @@ export class DeliveryEngine {
     const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
     const errors: string[] = [];
     const refreshWaitMs = Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2);
-    const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, []);
+    const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
     const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, errors).catch(
       (err: unknown): Delivered => {
         this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
@@ -406,10 +406,10 @@ export class DeliveryEngine {
     }
     const sender = await directory.lookup(row.senderLogin);
     const senderPeer = sender?.accessServers.find((s) => s !== config.serverLogin) ?? null;
-    const want = expectationFor({ ...copy, bytes: copy.blob }, []);
+    const want = expectationFor({ ...copy, bytes: copy.blob }, undefined);
     const peerProof =
       regular && senderPeer && config.peerCheckAttempts.includes(due + 1)
-        ? await this.peerProof(senderPeer, row, want)
+        ? await this.peerProof(senderPeer, row, copy)
         : null;
     if (peerProof) {
       const update = { state: 'delivered' as const, attempt: due + 1, nextAttemptAtMs: null, lastError: null };
@@ -459,12 +459,16 @@ export class DeliveryEngine {
    * null: its `delivered` counts only with a proof by one of the recipient's servers that verifies and
    * matches this server's copy (byte-identical to its own; decision 33).
    */
-  private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
+  private async peerProof(peer: string, row: DeliveryRow, copy: StoredCopy): Promise<DeliveryReceipt | null> {
     try {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;
-      const servers = (await this.deps.directory.lookup(row.recipientLogin))?.accessServers ?? [];
-      const checked = await checkReceipt(answer.proof, { ...want, serverLogins: servers }, this.deps);
+      const servers = await proofSigners(this.deps.directory, row.recipientLogin);
+      const checked = await checkReceipt(
+        answer.proof,
+        expectationFor({ ...copy, bytes: copy.blob }, servers),
+        this.deps,
+      );
       if ('receipt' in checked) return checked.receipt;
       this.deps.log.warn('peer says delivered without a valid proof', {
         peer,

@@ -42,18 +42,34 @@ export function receiptFor(serverLogin: string, sign: (text: string) => string, 
   );
 }
 
-/** What a receipt must name to prove the delivery of the incoming copy with these bytes. */
+/**
+ * What a receipt must name to prove the delivery of the incoming copy with these bytes, signed by one
+ * of serverLogins (undefined: by any server whose key this server has pinned).
+ */
 export function expectationFor(
   copy: { messageKey: string; revisionTimeMs: number; reencryptedAtMs: number; bytes: Uint8Array },
-  serverLogins: readonly string[],
+  serverLogins: readonly string[] | undefined,
 ): ReceiptExpectation {
-  return {
+  const want: ReceiptExpectation = {
     messageKey: copy.messageKey,
     revisionTimeMs: copy.revisionTimeMs,
     reencryptedAtMs: copy.reencryptedAtMs,
     containerSha256B64: containerSha256B64(copy.bytes),
-    serverLogins,
   };
+  if (serverLogins) want.serverLogins = serverLogins;
+  return want;
+}
+
+/**
+ * Who may sign the proof of a delivery to recipientLogin that another server passes on (docs/protocol.md
+ * §13.1, decision 33): the recipient's access servers as known here; any pinned server while the
+ * recipient is not known here (a client still checks the signer against the recipient's profile).
+ */
+export async function proofSigners(
+  directory: Pick<Directory, 'lookup'>,
+  recipientLogin: string,
+): Promise<readonly string[] | undefined> {
+  return (await directory.lookup(recipientLogin, { noImport: true }))?.accessServers;
 }
 
 /**

@@ -23,7 +23,7 @@ import type { Counter, Labels, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
 import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
-import { checkReceipts, expectationFor } from '../delivery/receipts.js';
+import { checkReceipts, expectationFor, proofSigners } from '../delivery/receipts.js';
 
 export interface ReplicationDeps {
   config: Config;
@@ -523,7 +523,7 @@ export class ReplicationService {
       const [incoming, outgoing] = copies as [Container, Container];
       const status = remote.get(messageKeyOf(outgoing));
       if (!status?.delivered) continue;
-      const servers = (await directory.lookup(incoming.toLogin))?.accessServers ?? [];
+      const servers = await proofSigners(directory, incoming.toLogin);
       const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, servers);
       asked.push({ outgoingKey: messageKeyOf(outgoing), x: status.proof, want });
     }
