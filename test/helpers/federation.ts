@@ -251,6 +251,8 @@ export interface HoldingPeer extends AsyncDisposable {
   readonly held: HeldCall[];
   autoAnswer: boolean;
   receipt: HoldingReceipt;
+  /** Calls received other than ServerAuth. */
+  readonly calls: number;
   close(): Promise<void>;
 }
 
@@ -296,6 +298,7 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
     held: [] as HeldCall[],
     autoAnswer: false,
     receipt: 'valid' as HoldingReceipt,
+    calls: 0,
     close: () =>
       new Promise<void>((resolve) => {
         for (const ws of wss.clients) ws.terminate();
@@ -309,6 +312,7 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
       const reply = (payload: object) =>
         ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload }));
       if (req.op === 'ServerAuth') return reply({ serverLogin, targetServerLogin: req.payload.serverLogin });
+      peer.calls++;
       const call: HeldCall = {
         op: req.op,
         payload: req.payload,
