@@ -409,7 +409,7 @@ export class DeliveryEngine {
     const want = expectationFor({ ...copy, bytes: copy.blob }, undefined);
     const peerProof =
       regular && senderPeer && config.peerCheckAttempts.includes(due + 1)
-        ? await this.peerProof(senderPeer, row, copy)
+        ? await this.peerProof(senderPeer, row, want)
         : null;
     if (peerProof) {
       const update = { state: 'delivered' as const, attempt: due + 1, nextAttemptAtMs: null, lastError: null };
@@ -459,16 +459,12 @@ export class DeliveryEngine {
    * null: its `delivered` counts only with a proof by one of the recipient's servers that verifies and
    * matches this server's copy (byte-identical to its own; decision 33).
    */
-  private async peerProof(peer: string, row: DeliveryRow, copy: StoredCopy): Promise<DeliveryReceipt | null> {
+  private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
     try {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;
       const servers = await proofSigners(this.deps.directory, row.recipientLogin);
-      const checked = await checkReceipt(
-        answer.proof,
-        expectationFor({ ...copy, bytes: copy.blob }, servers),
-        this.deps,
-      );
+      const checked = await checkReceipt(answer.proof, servers ? { ...want, serverLogins: servers } : want, this.deps);
       if ('receipt' in checked) return checked.receipt;
       this.deps.log.warn('peer says delivered without a valid proof', {
         peer,
