@@ -22,6 +22,10 @@ import type { TestUser } from './users.js';
 import { waitUntil } from './wait.js';
 import { metricSum } from './metrics.js';
 import { containerSha256B64, signReceipt } from '../../src/protocol/receipt.js';
+import { ManualClock } from '../../src/server/clock.js';
+import type { NetworkServerSpec, TestNetwork } from './network.js';
+import { startNetwork } from './network.js';
+import { connectUser, makeUser } from './users.js';
 
 export const ADMIN_TOKEN = 'federation-test-admin';
 
@@ -42,6 +46,13 @@ export const FAST: ConfigInput = {
   sqliteSync: 'normal',
   adminToken: ADMIN_TOKEN,
 };
+
+/** A server of a test network with the FAST settings (and any of its own). */
+export const fastServer = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
+  serverLogin,
+  ...FAST,
+  ...extra,
+});
 
 /** A signed text pair as a client would send it, with its keys. */
 export interface TestPair {
@@ -323,4 +334,54 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
     });
   });
   return peer;
+}
+
+/** alice on alpha1+alpha2 and bob on beta, with beta stopped: see startPeerCheckNetwork. */
+export interface PeerCheckNetwork extends AsyncDisposable {
+  net: TestNetwork;
+  alpha1: RunningServer;
+  alpha2: RunningServer;
+  /** alpha1's clock: its second attempt (a peer check) comes only when the test moves it. */
+  clock1: ManualClock;
+  alice: TestUser;
+  /** alice's session on alpha1. */
+  a1: RawClient;
+}
+
+/**
+ * The §6.4 peer-check setting: alpha1 on a hand-moved clock (peer checks before attempts 2..5), alpha2
+ * retrying every 150 ms, beta; an earlier message delivered by both of alice's servers (so all know
+ * each other), then beta stopped (the test starts it again as server 2).
+ */
+export async function startPeerCheckNetwork(): Promise<PeerCheckNetwork> {
+  const clock1 = new ManualClock(Date.now());
+  const net = await startNetwork({
+    federate: true,
+    servers: [
+      fastServer('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
+      fastServer('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
+      fastServer('beta'),
+    ],
+  });
+  const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
+  const alice = makeUser('alice', ['alpha1', 'alpha2']);
+  const a1 = await connectUser(alpha1.wsUrl, alice, 'laptop');
+  await (await connectUser(alpha2.wsUrl, alice, 'phone')).close();
+  await (await connectUser(net.servers[2]!.wsUrl, makeUser('bob', ['beta']))).close();
+  const first = textPair(alice, 'bob');
+  if ((await sendPair(a1, first)).deliveryState !== 'delivered') throw new Error('the first message was not delivered');
+  await waitForRow(alpha2, first.outgoingKey, (r) => r.state === 'delivered');
+  await net.stop(2);
+  return {
+    net,
+    alpha1,
+    alpha2,
+    clock1,
+    alice,
+    a1,
+    [Symbol.asyncDispose]: async () => {
+      await a1.close();
+      await net[Symbol.asyncDispose]();
+    },
+  };
 }

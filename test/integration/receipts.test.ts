@@ -14,11 +14,10 @@ import type { DeliveryStateChangedEvent } from '../../src/protocol/ops.js';
 import type { DeliveryReceipt } from '../../src/protocol/receipt.js';
 import { containerSha256B64, verifyReceipt } from '../../src/protocol/receipt.js';
 import type { RunningServer } from '../../src/server/app.js';
-import { ManualClock } from '../../src/server/clock.js';
 import { assertError } from '../helpers/assert.js';
 import type { HoldingReceipt } from '../helpers/federation.js';
 import {
-  FAST,
+  fastServer,
   adminSync,
   deliveryEvent,
   deliveryRow,
@@ -28,21 +27,17 @@ import {
   sendPair,
   serverSession,
   startHoldingPeer,
+  startPeerCheckNetwork,
   textPair,
   waitForRow,
 } from '../helpers/federation.js';
-import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { pairOf, seedFor } from '../helpers/replication.js';
 import { queryServerDb } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
-const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
-  serverLogin,
-  ...FAST,
-  ...extra,
-});
+const server = fastServer;
 
 /** GetServerDescriptor on an anonymous socket, as a client checking a proof would ask. */
 async function descriptorOf(on: RunningServer, serverLogin: string): Promise<ServerDescriptor> {
@@ -281,27 +276,8 @@ describe('verifiable delivery (§13.1)', { concurrency: true }, () => {
   });
 
   it('b) alice on alpha1+alpha2: alpha1’s peer check takes `delivered` from alpha2 with alpha2’s proof, and not without a valid one', async () => {
-    // alpha1 runs on a hand-moved clock: its second attempt (a peer check) comes when the test moves time.
-    const clock1 = new ManualClock(Date.now());
-    await using net = await startNetwork({
-      federate: true,
-      servers: [
-        server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
-        server('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
-        server('beta'),
-      ],
-    });
-    const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
-    const alice = makeUser('alice', ['alpha1', 'alpha2']);
-    const bob = makeUser('bob', ['beta']);
-    await using a1 = await connectUser(alpha1.wsUrl, alice, 'laptop');
-    await (await connectUser(alpha2.wsUrl, alice, 'phone')).close();
-    await (await connectUser(net.servers[2]!.wsUrl, bob)).close();
-    const first = textPair(alice, 'bob');
-    assert.equal((await sendPair(a1, first)).deliveryState, 'delivered');
-    await waitForRow(alpha2, first.outgoingKey, (r) => r.state === 'delivered');
-    await net.stop(2);
-
+    await using setting = await startPeerCheckNetwork();
+    const { net, alpha1, alpha2, clock1, alice, a1 } = setting;
     // Two pairs alpha1 cannot deliver now; alpha2 gets them by forward and delivers them once beta is back.
     const [m, n] = [textPair(alice, 'bob'), textPair(alice, 'bob')];
     // Sent together: alpha1's clock does not move, so a second call would wait out the peer pool's backoff.
