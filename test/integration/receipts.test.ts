@@ -167,6 +167,24 @@ describe('verifiable delivery (§13.1)', { concurrency: true }, () => {
     assert.deepEqual([theirs?.messageType, theirs?.deliveryProof], [1, undefined]);
   });
 
+  it('a recipient on the sender’s other server: that server proves the pair it takes by forward with the receipt it gave for the copy', async () => {
+    await using net = await startNetwork({ federate: true, servers: [server('alpha1'), server('alpha2')] });
+    const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha1', 'alpha2']);
+    await using a1 = await connectUser(alpha1.wsUrl, alice);
+    await (await connectUser(alpha2.wsUrl, alice)).close();
+    await (await connectUser(alpha2.wsUrl, makeUser('bob', ['alpha2']))).close();
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a1, m)).deliveryState, 'delivered');
+    const proof = (await deliveryRow(alpha1, m.outgoingKey))!.proof;
+    await assertProof(proof, alpha1, 'alpha2', m.incoming, m.incomingKey);
+    // alpha2 stored bob's copy first (ReceiveIncomingMessage), then the pair (ReceiveOutcomingMessage):
+    // its own proof names the copy as it stored it then, the very receipt alpha1 holds.
+    const row2 = await waitForRow(alpha2, m.outgoingKey, (r) => r.proof !== null);
+    assert.equal(row2.state, 'delivered');
+    assert.deepEqual(row2.proof, proof);
+  });
+
   it('GetServerDescriptor: any socket; 404 SERVER_NOT_FOUND when unknown, 400 BAD_FIELDS without a login; nothing pinned by asking', async () => {
     await using net = await startNetwork({ servers: [server('alpha')] });
     const alpha = net.servers[0]!;

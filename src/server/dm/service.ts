@@ -213,15 +213,20 @@ export class DmService {
     const device = opts.senderSession?.deviceId;
     // This server's own receipt (docs/protocol.md §13.1), for the incoming copy as this call stores it.
     const sign = (text: string): string => this.deps.serverKey.sign(text);
-    const proofAt = (storedAtMs: number) =>
-      receiptFor(config.serverLogin, sign, { ...pair.incoming, messageKey: messageKeyOf(pair.incoming), storedAtMs });
+    const incomingKey = messageKeyOf(pair.incoming);
     const result = await store.messages.storePair({
       incoming: pair.incoming,
       outgoing: pair.outgoing,
       nowMs: now,
       outbox: { owners: outbox },
       delivery: recipientIsLocal
-        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null, proof: proofAt(now) }
+        ? {
+            state: 'delivered',
+            attempt: 1,
+            acceptedAtMs: now,
+            nextAttemptAtMs: null,
+            proof: receiptFor(config.serverLogin, sign, { ...pair.incoming, messageKey: incomingKey, storedAtMs: now }),
+          }
         : {
             state: 'accepted',
             attempt: 1,
@@ -234,10 +239,14 @@ export class DmService {
     });
     const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
     if (recipientIsLocal && fresh && !isNew(result.incoming)) {
-      // The incoming copy was not stored by this call: it was there already (stored earlier), or a
-      // tombstone refused it (nothing to prove).
-      const inc = result.incoming;
-      const proof = inc.outcome === 'unchanged' ? proofAt(inc.storedAtMs) : null;
+      // The incoming copy was not stored by this call: it was there already (its own storedAtMs; a newer
+      // revision proves nothing for this one), or a tombstone refused it (nothing to prove).
+      const stored =
+        result.incoming.outcome === 'unchanged' ? await store.messages.getCopy(result.incoming.messageKey) : null;
+      const same =
+        stored?.revisionTimeMs === pair.incoming.revisionTimeMs &&
+        stored.reencryptedAtMs === pair.incoming.reencryptedAtMs;
+      const proof = same ? receiptFor(config.serverLogin, sign, { ...stored, bytes: stored.blob }) : null;
       await store.delivery.setDeliveryProof(result.outgoing.messageKey, pair.outgoing, proof);
     }
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);
