@@ -40,6 +40,7 @@ export const CODE_MEANINGS: Record<ErrorCode | LocalErrorCode | ContainerErrorRe
   FORBIDDEN: 'not allowed',
   UNKNOWN_OP: 'the server does not know this operation (an older or newer server?)',
   USER_NOT_FOUND: 'no such user is known to the server',
+  SERVER_NOT_FOUND: 'no such server is known to the server',
   PROFILE_CONFLICT: 'the login is taken by another key, or the profile version is not higher than the stored one',
   TOO_LARGE: 'too large',
   RATE_LIMITED: 'too many requests: wait a moment and try again',

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { DEVICE_ID_RE, LOGIN_RE } from './login.js';
+import type { DeliveryReceipt } from './receipt.js';
 
 const login = z.string().regex(LOGIN_RE);
 const b64 = z.string().max(4 * 1024 * 1024);
@@ -102,6 +103,8 @@ export const opSchemas = {
     sourceServerLogin: z.string().max(64).optional(),
   }),
   ReceiveOutcomingMessage: pair.extend({ sourceServerLogin: z.string().max(64).optional() }),
+  // Delivery proofs (docs/protocol.md §13.1): any socket, like GetUserProfile.
+  GetServerDescriptor: z.object({ serverLogin: z.string().min(1).max(64) }),
   GetDmDeliveryStatus: z.object({
     messageKey: z.string().max(256).optional(),
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
@@ -162,15 +165,38 @@ const copyFields = z.object({
 });
 export type CopyFields = z.infer<typeof copyFields>;
 
+/**
+ * A delivery receipt as clients get it (docs/protocol.md §13.1; src/protocol/receipt.ts checks and
+ * verifies it). Server ops carry receipts as `unknown` instead: a malformed one from a peer is that
+ * server's BAD_RECEIPT, not a failed call.
+ */
+const deliveryReceipt = z.object({
+  serverLogin: z.string(),
+  messageKey: z.string(),
+  revisionTimeMs: num,
+  reencryptedAtMs: num,
+  storedAtMs: num,
+  containerSha256B64: z.string(),
+  signatureB64: z.string(),
+});
+
 const historyItem = copyFields.extend({
   createdAtMs: num,
   readAtMs: num.nullable(),
   deliveryState: deliveryState.nullable(),
+  /** Type 2 only, when its revision is delivered and the delivery is proven (docs/protocol.md §13.1). */
+  deliveryProof: deliveryReceipt.optional(),
   blobB64: z.string(),
 });
 export type HistoryItem = z.infer<typeof historyItem>;
 
-const deliveryStatusItem = z.object({ messageKey: z.string(), known: z.boolean(), delivered: z.boolean() });
+/** `proof`: the delivery receipt of a delivered pair (docs/protocol.md §13.1); absent from older servers. */
+const deliveryStatusItem = z.object({
+  messageKey: z.string(),
+  known: z.boolean(),
+  delivered: z.boolean(),
+  proof: z.unknown().optional(),
+});
 export type DeliveryStatusItem = z.infer<typeof deliveryStatusItem>;
 
 /** The answer schema of every op, by the same names as opSchemas (a missing one fails the typecheck). */
@@ -179,6 +205,14 @@ export const opAnswerSchemas = {
   AuthLogin: z.object({ login: z.string(), deviceId: z.string(), sessionId: z.string() }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ profile }),
+  GetServerDescriptor: z.object({
+    descriptor: z.object({
+      serverLogin: z.string(),
+      wsUrl: z.string(),
+      signKeyB64: z.string(),
+      signatureB64: z.string(),
+    }),
+  }),
   SendMessagePair: pairAnswer,
   DeleteMessage: pairAnswer,
   DeleteConversation: pairAnswer,
@@ -207,6 +241,8 @@ export const opAnswerSchemas = {
     baseKey: z.string(),
     deliveredWsSessions: num,
     deliveredWebPushSessions: num,
+    /** The signed receipt of the copy as stored (docs/protocol.md §13.1); absent from older servers. */
+    receipt: z.unknown().optional(),
   }),
   ReceiveOutcomingMessage: pairAnswer,
   // One key asked (messageKey): its item; several (messageKeys): all of them.
@@ -292,6 +328,8 @@ export interface DeliveryStateChangedEvent {
   baseKey: string;
   outgoingKey: string;
   deliveryState: DeliveryState;
+  /** With `delivered`, when the delivery is proven (docs/protocol.md §13.1). */
+  deliveryProof?: DeliveryReceipt;
 }
 
 /** What one anti-entropy repair of one owner with one peer did (docs/protocol.md §7, "Anti-entropy"). */

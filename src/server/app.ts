@@ -172,14 +172,26 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
     });
     delivery = new DeliveryEngine(
-      { config, clock, store, fanout, directory, peers, log, metrics, background, trouble },
+      { config, clock, store, fanout, directory, peers, log, metrics, background, trouble, verifier, serverKey },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const pushStore = store.push;
     const vapid = await loadVapidIdentity(config, pushStore);
     const push = new PushService({ config, clock, store: pushStore, fanout, log, metrics, vapid });
     stoppers.push(['push', () => push.close()]);
-    const dm = new DmService({ config, clock, store, fanout, directory, verifier, log, delivery, background, push });
+    const dm = new DmService({
+      config,
+      clock,
+      store,
+      fanout,
+      directory,
+      verifier,
+      log,
+      delivery,
+      background,
+      push,
+      serverKey,
+    });
     // Stopped after the replication that uses it.
     const bulkVerifier = bulkVerifierFor(config.verifyThreads);
     stoppers.push(['verify threads', () => bulkVerifier.close()]);
@@ -203,6 +215,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       verifier,
       log,
       peers: peerUp,
+      serverKey,
     });
     const replication = new ReplicationService({
       bulkVerifier,

@@ -4,7 +4,8 @@ import { link, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fromBase64, toBase64 } from '../protocol/bytes.js';
 import { ed25519PublicKey } from '../protocol/ed25519.js';
-import { signText } from '../protocol/identity.js';
+import { utf8 } from '../protocol/bytes.js';
+import { sodiumSigner } from './crypto/verifier.js';
 
 export interface ServerKey {
   readonly publicKey: Uint8Array;
@@ -29,10 +30,15 @@ export async function loadServerKey(opts: { dataDir: string; seedB64?: string | 
   return keyFromSeed(seed);
 }
 
-/** A ServerKey from a 32-byte seed (tests use fixed seeds). */
+/**
+ * A ServerKey from a 32-byte seed (tests use fixed seeds). It signs with libsodium: signing is on the
+ * path of every federated send (delivery receipts, docs/protocol.md §13.1); the signatures are those of
+ * protocol/identity.ts signText (Ed25519 is deterministic).
+ */
 export function keyFromSeed(seed: Uint8Array): ServerKey {
   const publicKey = ed25519PublicKey(seed);
-  return { publicKey, publicKeyB64: toBase64(publicKey), sign: (text) => signText(text, seed) };
+  const signBytes = sodiumSigner(seed);
+  return { publicKey, publicKeyB64: toBase64(publicKey), sign: (text) => toBase64(signBytes(utf8(text))) };
 }
 
 async function loadOrCreateSeed(path: string): Promise<Uint8Array> {

@@ -21,6 +21,11 @@ import { connectRaw } from './raw-client.js';
 import type { TestUser } from './users.js';
 import { waitUntil } from './wait.js';
 import { metricSum } from './metrics.js';
+import { containerSha256B64, signReceipt } from '../../src/protocol/receipt.js';
+import { ManualClock } from '../../src/server/clock.js';
+import type { NetworkServerSpec, TestNetwork } from './network.js';
+import { startNetwork } from './network.js';
+import { connectUser, makeUser } from './users.js';
 
 export const ADMIN_TOKEN = 'federation-test-admin';
 
@@ -41,6 +46,13 @@ export const FAST: ConfigInput = {
   sqliteSync: 'normal',
   adminToken: ADMIN_TOKEN,
 };
+
+/** A server of a test network with the FAST settings (and any of its own). */
+export const fastServer = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
+  serverLogin,
+  ...FAST,
+  ...extra,
+});
 
 /** A signed text pair as a client would send it, with its keys. */
 export interface TestPair {
@@ -195,9 +207,12 @@ export interface FakeServer {
   descriptor: ServerDescriptor;
 }
 
-/** A server identity with a fresh key; wsUrl defaults to a loopback port nothing listens on. */
-export function fakeServer(serverLogin: string, wsUrl = 'ws://127.0.0.1:9/ws'): FakeServer {
-  const seed = new Uint8Array(randomBytes(32));
+/** A server identity with a fresh key (or seed); wsUrl defaults to a loopback port nothing listens on. */
+export function fakeServer(
+  serverLogin: string,
+  wsUrl = 'ws://127.0.0.1:9/ws',
+  seed: Uint8Array = new Uint8Array(randomBytes(32)),
+): FakeServer {
   const descriptor = signDescriptor({ serverLogin, wsUrl, signKeyB64: toBase64(ed25519PublicKey(seed)) }, seed);
   return { serverLogin, seed, seedB64: toBase64(seed), descriptor };
 }
@@ -229,36 +244,72 @@ export interface HeldCall {
 }
 
 /**
+ * What a HoldingPeer's ReceiveIncomingMessage answers carry (docs/protocol.md §13.1): a valid receipt
+ * signed with its key, none, one for other bytes (another hash) signed with its key, or a valid-looking
+ * one signed with another key.
+ */
+export type HoldingReceipt = 'valid' | 'none' | 'otherHash' | 'otherKey';
+
+/**
  * A stand-in recipient server on a loopback port: it accepts any ServerAuth and holds every other
  * call until the test answers it (or answers at once while `autoAnswer` is set), so a test decides
- * exactly when, or whether, a delivery call succeeds.
+ * exactly when, or whether, a delivery call succeeds. `identity` is its key and descriptor (with its
+ * wsUrl), for the directory of the servers under test.
  */
 export interface HoldingPeer extends AsyncDisposable {
   readonly wsUrl: string;
+  readonly identity: FakeServer;
   readonly held: HeldCall[];
   autoAnswer: boolean;
+  receipt: HoldingReceipt;
+  /** Calls received other than ServerAuth. */
+  readonly calls: number;
   close(): Promise<void>;
 }
 
 /** A well-formed success answer of a recipient server that stores nothing and has no sessions. */
-function standInAnswer(op: string, payload: Record<string, unknown>): object {
+function standInAnswer(
+  op: string,
+  payload: Record<string, unknown>,
+  identity: FakeServer,
+  mode: HoldingReceipt,
+): object {
   if (op === 'GetDmDeliveryStatus') return { messageKey: String(payload.messageKey), known: false, delivered: false };
   const copy = decodeBlob(String(payload.incomingBlobB64));
-  return {
+  const answer = {
     messageKey: messageKeyOf(copy),
     baseKey: baseKeyOf(copy),
     deliveredWsSessions: 0,
     deliveredWebPushSessions: 0,
   };
+  if (mode === 'none') return answer;
+  const bytes = mode === 'otherHash' ? Uint8Array.from([...copy.bytes, 0]) : copy.bytes;
+  const seed = mode === 'otherKey' ? new Uint8Array(randomBytes(32)) : identity.seed;
+  const receipt = signReceipt(
+    {
+      serverLogin: identity.serverLogin,
+      messageKey: messageKeyOf(copy),
+      revisionTimeMs: copy.revisionTimeMs,
+      reencryptedAtMs: copy.reencryptedAtMs,
+      storedAtMs: Date.now(),
+      containerSha256B64: containerSha256B64(bytes),
+    },
+    (text) => signText(text, seed),
+  );
+  return { ...answer, receipt };
 }
 
 export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
   await new Promise<void>((resolve) => wss.once('listening', () => resolve()));
+  const wsUrl = `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/ws`;
   const peer = {
-    wsUrl: `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/ws`,
+    wsUrl,
+    identity: fakeServer(serverLogin, wsUrl),
     held: [] as HeldCall[],
     autoAnswer: false,
+    receipt: 'valid' as HoldingReceipt,
+    calls: 0,
     close: () =>
       new Promise<void>((resolve) => {
         for (const ws of wss.clients) ws.terminate();
@@ -272,14 +323,65 @@ export async function startHoldingPeer(serverLogin: string): Promise<HoldingPeer
       const reply = (payload: object) =>
         ws.send(JSON.stringify({ op: req.op, requestId: req.requestId, status: 200, ok: true, payload }));
       if (req.op === 'ServerAuth') return reply({ serverLogin, targetServerLogin: req.payload.serverLogin });
+      peer.calls++;
       const call: HeldCall = {
         op: req.op,
         payload: req.payload,
-        answer: () => reply(standInAnswer(req.op, req.payload)),
+        answer: () => reply(standInAnswer(req.op, req.payload, peer.identity, peer.receipt)),
       };
       if (peer.autoAnswer) call.answer();
       else peer.held.push(call);
     });
   });
   return peer;
+}
+
+/** alice on alpha1+alpha2 and bob on beta, with beta stopped: see startPeerCheckNetwork. */
+export interface PeerCheckNetwork extends AsyncDisposable {
+  net: TestNetwork;
+  alpha1: RunningServer;
+  alpha2: RunningServer;
+  /** alpha1's clock: its second attempt (a peer check) comes only when the test moves it. */
+  clock1: ManualClock;
+  alice: TestUser;
+  /** alice's session on alpha1. */
+  a1: RawClient;
+}
+
+/**
+ * The §6.4 peer-check setting: alpha1 on a hand-moved clock (peer checks before attempts 2..5), alpha2
+ * retrying every 150 ms, beta; an earlier message delivered by both of alice's servers (so all know
+ * each other), then beta stopped (the test starts it again as server 2).
+ */
+export async function startPeerCheckNetwork(): Promise<PeerCheckNetwork> {
+  const clock1 = new ManualClock(Date.now());
+  const net = await startNetwork({
+    federate: true,
+    servers: [
+      fastServer('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
+      fastServer('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
+      fastServer('beta'),
+    ],
+  });
+  const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
+  const alice = makeUser('alice', ['alpha1', 'alpha2']);
+  const a1 = await connectUser(alpha1.wsUrl, alice, 'laptop');
+  await (await connectUser(alpha2.wsUrl, alice, 'phone')).close();
+  await (await connectUser(net.servers[2]!.wsUrl, makeUser('bob', ['beta']))).close();
+  const first = textPair(alice, 'bob');
+  if ((await sendPair(a1, first)).deliveryState !== 'delivered') throw new Error('the first message was not delivered');
+  await waitForRow(alpha2, first.outgoingKey, (r) => r.state === 'delivered');
+  await net.stop(2);
+  return {
+    net,
+    alpha1,
+    alpha2,
+    clock1,
+    alice,
+    a1,
+    [Symbol.asyncDispose]: async () => {
+      await a1.close();
+      await net[Symbol.asyncDispose]();
+    },
+  };
 }

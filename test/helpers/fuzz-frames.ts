@@ -41,6 +41,7 @@ export interface FuzzWorld {
 const READ_OPS = [
   'AuthChallenge',
   'GetUserProfile',
+  'GetServerDescriptor',
   'GetDirectMessages',
   'GetConversations',
   'GetUserSettings',
@@ -62,6 +63,7 @@ function templates(w: FuzzWorld): Record<string, Record<string, unknown>> {
     AuthLogin: { login: w.alice.login, deviceId: 'device-9', signatureB64: toBase64(new Uint8Array(64)) },
     RegisterUser: { profile: w.alice.profile },
     GetUserProfile: { login: w.bob.login },
+    GetServerDescriptor: { serverLogin: 'gamma' },
     SendMessagePair: { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 },
     DeleteMessage: { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 },
     DeleteConversation: { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 },

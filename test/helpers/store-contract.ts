@@ -21,6 +21,7 @@ import { copyDigest, xorInto } from '../../src/server/store/rules.js';
 import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
 import type { Store, StorePairInput } from '../../src/server/store/types.js';
+import type { DeliveryReceipt } from '../../src/protocol/receipt.js';
 import type { PairSpec } from './containers.js';
 import { publicKeyOf, testPair } from './containers.js';
 
@@ -566,9 +567,15 @@ export function storeContract(factory: StoreFactory): void {
         [finished.attempt, finished.leaseUntilMs, finished.lastError, finished.nextAttemptAtMs],
         [2, null, 'beta: timeout', T0 + 300],
       );
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 1, reencryptedAtMs: 0 }, T0), false);
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), true);
-      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70), false);
+      assert.equal(await store.delivery.markDelivered(ka, { revisionTimeMs: 1, reencryptedAtMs: 0 }, T0, null), false);
+      assert.equal(
+        await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70, null),
+        true,
+      );
+      assert.equal(
+        await store.delivery.markDelivered(ka, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 70, null),
+        false,
+      );
       assert.equal(
         await store.delivery.claimDelivery(ka, finished.rowVersion + 1, T0 + 900),
         null,
@@ -583,6 +590,82 @@ export function storeContract(factory: StoreFactory): void {
       // The history shows the sender's copy's delivery state.
       const states = (await history(store, 'alice', 'bob')).items.map((i) => i.deliveryState);
       assert.deepEqual(states, ['accepted', 'accepted', 'delivered']);
+    });
+
+    it('delivery proofs (§13.1): kept with the row by storePair, markDelivered, finishDelivery and setDeliveryProof; shown in history only for the delivered revision', async () => {
+      const store = await fresh();
+      const proofOf = (messageKey: string, revisionTimeMs: number, storedAtMs: number): DeliveryReceipt => ({
+        serverLogin: 'beta',
+        messageKey,
+        revisionTimeMs,
+        reencryptedAtMs: 0,
+        storedAtMs,
+        containerSha256B64: toBase64(new Uint8Array(32).fill(revisionTimeMs & 0xff)),
+        signatureB64: toBase64(new Uint8Array(64).fill(7)),
+      });
+      const accepted = (at: number) => ({
+        state: 'accepted' as const,
+        attempt: 1,
+        acceptedAtMs: at,
+        nextAttemptAtMs: at,
+      });
+      const mine = async (key: string) =>
+        (await history(store, 'alice', 'bob', 10)).items.find((i) => i.messageKey === key);
+
+      // storePair: a delivered row with its proof (a local delivery, or one taken by sync).
+      const a = { from: 'alice', to: 'bob', timeMs: T0, nonce: 1 } as const;
+      const ka = messageKeyOf(testPair(a).outgoing);
+      const pa = proofOf(messageKeyOf(testPair(a).incoming), 0, T0);
+      const delivered = { state: 'delivered' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: null };
+      await putPair(store, a, { delivery: { ...delivered, proof: pa } });
+      assert.deepEqual((await store.delivery.getDelivery(ka))?.proof, pa);
+      assert.deepEqual((await mine(ka))?.deliveryProof, pa);
+      const theirs = (await history(store, 'bob', 'alice', 10)).items[0]!;
+      assert.equal(theirs.deliveryProof, undefined, 'the incoming copy carries none');
+
+      // markDelivered with a proof; an edit restarts the row without it, and history shows none for the new revision.
+      const b = { from: 'alice', to: 'bob', timeMs: T0 + 1, nonce: 2 } as const;
+      const kb = messageKeyOf(testPair(b).outgoing);
+      await putPair(store, b, { delivery: accepted(T0 + 1) });
+      assert.equal((await store.delivery.getDelivery(kb))?.proof, null);
+      assert.equal((await mine(kb))?.deliveryProof, undefined);
+      const pb = proofOf(messageKeyOf(testPair(b).incoming), 0, T0 + 2);
+      assert.equal(await store.delivery.markDelivered(kb, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0 + 3, pb), true);
+      assert.deepEqual((await store.delivery.getDelivery(kb))?.proof, pb);
+      assert.deepEqual((await mine(kb))?.deliveryProof, pb);
+      await putPair(store, { ...b, revisionTimeMs: T0 + 50 }, { delivery: accepted(T0 + 50) });
+      assert.equal((await store.delivery.getDelivery(kb))?.proof, null, 'a new revision has no proof yet');
+      assert.equal((await mine(kb))?.deliveryProof, undefined);
+      // setDeliveryProof only for a delivered row of that very revision.
+      const pb2 = proofOf(pb.messageKey, T0 + 50, T0 + 60);
+      const rev2 = { revisionTimeMs: T0 + 50, reencryptedAtMs: 0 };
+      assert.equal(await store.delivery.setDeliveryProof(kb, rev2, pb2), false, 'not delivered yet');
+      assert.equal(await store.delivery.markDelivered(kb, rev2, T0 + 61, null), true);
+      assert.equal(await store.delivery.setDeliveryProof(kb, { revisionTimeMs: 0, reencryptedAtMs: 0 }, pb2), false);
+      assert.equal(await store.delivery.setDeliveryProof(kb, rev2, pb2), true);
+      assert.deepEqual((await mine(kb))?.deliveryProof, pb2);
+      assert.equal(await store.delivery.setDeliveryProof(kb, rev2, null), true);
+      assert.equal((await mine(kb))?.deliveryProof, undefined);
+
+      // finishDelivery keeps the proof given with `delivered` (the receipt's own fields only).
+      const c = { from: 'alice', to: 'bob', timeMs: T0 + 2, nonce: 3 } as const;
+      const kc = messageKeyOf(testPair(c).outgoing);
+      await putPair(store, c, { delivery: accepted(T0 + 2) });
+      const pc = proofOf(messageKeyOf(testPair(c).incoming), 0, T0 + 4);
+      const claimed = (await store.delivery.claimDelivery(kc, 1, T0 + 100))!;
+      const done = {
+        state: 'delivered' as const,
+        attempt: 2,
+        nextAttemptAtMs: null,
+        lastError: null,
+        proof: { ...pc, junk: 'dropped' } as DeliveryReceipt,
+      };
+      assert.equal(await store.delivery.finishDelivery(kc, claimed.rowVersion, done, T0 + 5), true);
+      assert.deepEqual((await store.delivery.getDelivery(kc))?.proof, pc);
+      assert.deepEqual(
+        (await store.delivery.listDeliveries('delivered', 10)).find((r) => r.outgoingKey === kc)?.proof,
+        pc,
+      );
     });
 
     it('wakes accepted rows of a server, counts them, and leaves rows accepted after the cut-off', async () => {

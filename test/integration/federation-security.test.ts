@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { DeliveryStatusItem } from '../../src/protocol/ops.js';
+import { containerSha256B64, verifyReceipt } from '../../src/protocol/receipt.js';
 import type { RunningServer } from '../../src/server/app.js';
 import { assertError } from '../helpers/assert.js';
 import type { TestPair } from '../helpers/federation.js';
@@ -282,16 +283,24 @@ describe('federation security: ServerAuth and server operations', () => {
     assert.equal((await sendPair(aliceSession, pending)).deliveryState, 'accepted');
     const unknown = textPair(alice, 'carol');
     await using g = await serverSession(alpha(), gamma);
+    // A delivered pair comes with its proof: here alpha's own receipt for ann's copy (docs/protocol.md §13.1).
+    const proof = (await alpha().ctx.store.delivery.getDelivery(delivered.outgoingKey))!.proof!;
+    assert.equal(proof.serverLogin, 'alpha');
+    assert.equal(proof.messageKey, delivered.incomingKey);
+    assert.equal(proof.containerSha256B64, containerSha256B64(delivered.incoming.bytes));
+    assert.ok(verifyReceipt(proof, alpha().ctx.serverKey.publicKeyB64));
 
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.outgoingKey }), {
       messageKey: delivered.outgoingKey,
       known: true,
       delivered: true,
+      proof,
     });
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: delivered.incomingKey }), {
       messageKey: delivered.incomingKey,
       known: true,
       delivered: true,
+      proof,
     });
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKey: pending.outgoingKey }), {
       messageKey: pending.outgoingKey,
@@ -312,10 +321,10 @@ describe('federation security: ServerAuth and server operations', () => {
     const keys = [delivered.outgoingKey, pending.incomingKey, unknown.incomingKey, delivered.incomingKey, 'x|y'];
     const batch = await g.call<{ items: DeliveryStatusItem[] }>('GetDmDeliveryStatus', { messageKeys: keys });
     assert.deepEqual(batch.items, [
-      { messageKey: delivered.outgoingKey, known: true, delivered: true },
+      { messageKey: delivered.outgoingKey, known: true, delivered: true, proof },
       { messageKey: pending.incomingKey, known: true, delivered: false },
       { messageKey: unknown.incomingKey, known: false, delivered: false },
-      { messageKey: delivered.incomingKey, known: true, delivered: true },
+      { messageKey: delivered.incomingKey, known: true, delivered: true, proof },
       { messageKey: 'x|y', known: false, delivered: false },
     ]);
     assert.deepEqual(await g.call('GetDmDeliveryStatus', { messageKeys: [] }), { items: [] });

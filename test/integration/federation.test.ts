@@ -14,18 +14,19 @@ import type { DirectMessageEvent } from '../../src/protocol/ops.js';
 import { ManualClock } from '../../src/server/clock.js';
 import {
   FAST,
+  fastServer,
   adminSync,
   debugDelivery,
   deliveryEvent,
   deliveryRow,
   directMessageEvent,
   directMessagesFor,
-  fakeServer,
   history,
   metric,
   opCount,
   sendPair,
   startHoldingPeer,
+  startPeerCheckNetwork,
   textPair,
   waitForRow,
 } from '../helpers/federation.js';
@@ -35,11 +36,7 @@ import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
 
-const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
-  serverLogin,
-  ...FAST,
-  ...extra,
-});
+const server = fastServer;
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
 const SLOW_SECOND_ATTEMPT: NetworkServerSpec = { retryScheduleMs: '0,60000,120000,180000,240000' };
 
@@ -298,29 +295,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('e) alice on alpha1+alpha2: the pair reaches alpha2, which delivers it; alpha1 then takes `delivered` from alpha2 without calling beta', async () => {
-    // alpha1 runs on a hand-moved clock: its second attempt (a peer-check attempt) happens only when
-    // the test moves time, after alpha2 has delivered.
-    const clock1 = new ManualClock(Date.now());
-    await using net = await startNetwork({
-      federate: true,
-      servers: [
-        server('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
-        server('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
-        server('beta'),
-      ],
-    });
-    const [alpha1, alpha2] = [net.servers[0]!, net.servers[1]!];
-    const alice = makeUser('alice', ['alpha1', 'alpha2']);
-    const bob = makeUser('bob', ['beta']);
-    await using a1 = await connectUser(alpha1.wsUrl, alice, 'laptop');
-    await (await connectUser(alpha2.wsUrl, alice, 'phone')).close();
-    await (await connectUser(net.servers[2]!.wsUrl, bob)).close();
-    // An earlier message: both of alice's servers know bob and have delivered to beta once.
-    const first = textPair(alice, 'bob');
-    assert.equal((await sendPair(a1, first)).deliveryState, 'delivered');
-    await waitForRow(alpha2, first.outgoingKey, (r) => r.state === 'delivered');
-    await net.stop(2);
-
+    await using setting = await startPeerCheckNetwork();
+    const { net, alpha1, alpha2, clock1, alice, a1 } = setting;
     const m = textPair(alice, 'bob');
     const answer = await sendPair(a1, m);
     assert.equal(answer.deliveryState, 'accepted');
@@ -342,6 +318,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     await deliveryEvent(a1, m.outgoingKey, 'delivered');
     const row = (await deliveryRow(alpha1, m.outgoingKey))!;
     assert.deepEqual([row.state, row.attempt], ['delivered', 2]);
+    assert.ok(row.proof, 'with beta’s receipt');
+    assert.deepEqual(row.proof, (await deliveryRow(alpha2, m.outgoingKey))!.proof, 'the one alpha2 holds');
     assert.equal(await opCount(alpha2, 'GetDmDeliveryStatus'), checksBefore + 1, 'alpha1 asked alpha2');
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1, 'alpha1 did not call beta');
     assert.equal(await metric(beta, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 1);
@@ -378,7 +356,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
   it('the answer waits at most firstAttemptWaitMs; a later outcome arrives as DmDeliveryStateChanged; a call that never answers times out', async () => {
     await using slow = await startHoldingPeer('slowpoke');
-    const key = fakeServer('slowpoke', slow.wsUrl);
+    const key = slow.identity;
     const bob = makeUser('bob', ['slowpoke']);
     const dir = await mkdtemp(join(tmpdir(), 'shine-fed-'));
     const directoryFile = join(dir, 'directory.json');

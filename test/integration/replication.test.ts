@@ -249,6 +249,8 @@ describe('replication: catch-up of an access server that was down', () => {
       ],
     });
     const srv = (i: number) => net.servers[i]!;
+    // alpha2 has pinned bravo's key (as after any contact), so it can check bravo's receipts (§13.1).
+    assert.ok(await srv(A2).ctx.directory.lookupServer('bravo'));
     await net.stop(A2);
     await using aliceA1 = await connectUser(srv(A1).wsUrl, alice, 'alice-a1');
     await (await connectUser(srv(B).wsUrl, bob, 'bob-b')).close();
@@ -279,6 +281,10 @@ describe('replication: catch-up of an access server that was down', () => {
     const keys = async (state: 'accepted' | 'delivered' | 'failed') =>
       (await deliveryRows(srv(A2).httpUrl, state)).map((r) => r.outgoingKey).sort();
     assert.deepEqual(await keys('delivered'), [m[0]!.outgoingKey]);
+    // With bravo's receipt, which alpha1 passed on and alpha2 checked (decision 33).
+    const proof = (await srv(A2).ctx.store.delivery.getDelivery(m[0]!.outgoingKey))!.proof;
+    assert.ok(proof);
+    assert.deepEqual(proof, (await srv(A1).ctx.store.delivery.getDelivery(m[0]!.outgoingKey))!.proof);
     assert.deepEqual(await keys('failed'), [m[1]!.outgoingKey, m[2]!.outgoingKey].sort());
     const [pending] = await deliveryRows(srv(A2).httpUrl, 'accepted');
     // Anchored at the source's storedAtMs (its acceptance), not at the moment of sync.

@@ -14,6 +14,8 @@ const PUBLIC_KEY_BYTES = 32;
 /** The part of sodium-native this module uses (the package ships no type declarations). */
 interface SodiumSign {
   crypto_sign_verify_detached(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+  crypto_sign_seed_keypair(publicKey: Uint8Array, secretKey: Uint8Array, seed: Uint8Array): void;
+  crypto_sign_detached(signature: Uint8Array, message: Uint8Array, secretKey: Uint8Array): void;
 }
 
 const sodium = createRequire(import.meta.url)('sodium-native') as SodiumSign;
@@ -33,6 +35,22 @@ export const sodiumVerifier: SignatureVerifier = {
     }
   },
 };
+
+/**
+ * libsodium's crypto_sign_detached for one 32-byte seed: the signer of the server's own key
+ * (src/server/keys.ts). Ed25519 is deterministic, so it signs exactly as the pure-JS signer does.
+ */
+export function sodiumSigner(seed: Uint8Array): (message: Uint8Array) => Uint8Array {
+  if (seed.length !== PUBLIC_KEY_BYTES) throw new Error('an Ed25519 seed is 32 bytes');
+  const publicKey = Buffer.alloc(PUBLIC_KEY_BYTES);
+  const secretKey = Buffer.alloc(2 * PUBLIC_KEY_BYTES);
+  sodium.crypto_sign_seed_keypair(publicKey, secretKey, Buffer.from(seed));
+  return (message) => {
+    const signature = Buffer.alloc(SIGNATURE_BYTES);
+    sodium.crypto_sign_detached(signature, message, secretKey);
+    return new Uint8Array(signature.buffer, signature.byteOffset, SIGNATURE_BYTES);
+  };
+}
 
 /** DER SubjectPublicKeyInfo header for an Ed25519 key (RFC 8410); the 32 raw key bytes follow it. */
 const ED25519_SPKI_PREFIX = Uint8Array.from([0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]);

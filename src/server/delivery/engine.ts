@@ -6,7 +6,11 @@
  */
 import { toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
-import { incomingKeyOf } from '../../protocol/container.js';
+import { incomingKeyOf, messageKeyOf } from '../../protocol/container.js';
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
+import type { ServerKey } from '../keys.js';
+import { checkReceipt, expectationFor, proofSigners, receiptFor } from './receipts.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
@@ -17,7 +21,7 @@ import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { Fanout } from '../cluster/fanout.js';
-import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
+import type { DeliveryRow, DeliveryUpdate, StoredCopy, Store } from '../store/types.js';
 import type { DeliveryTrouble } from './trouble.js';
 import { causeOf } from './trouble.js';
 
@@ -33,7 +37,17 @@ export interface DeliveryDeps {
   background: BackgroundQueue;
   /** Told of every call's outcome, per destination server (logs and /debug/peers). */
   trouble?: DeliveryTrouble;
+  /** Checks the receipts of recipient servers (docs/protocol.md §13.1). */
+  verifier: SignatureVerifier;
+  /** Signs this server's own receipt for a recipient on this server. */
+  serverKey: Pick<ServerKey, 'sign'>;
 }
+
+/**
+ * What one attempt's calls gave: the receipt of the recipient server that took the copy, `local` when
+ * this server is one of the recipient's (its own copy counts), or null when no route delivered.
+ */
+type Delivered = DeliveryReceipt | 'local' | null;
 
 export interface DeliveryOptions {
   /** Attempts running at once. */
@@ -59,6 +73,8 @@ export function firstAttemptLeaseMs(config: Pick<Config, 's2sTimeoutMs'>): numbe
 export interface FirstAttemptOutcome {
   state: DeliveryState;
   changed: boolean;
+  /** The proof kept with the row when this attempt delivered it. */
+  proof?: DeliveryReceipt | null;
 }
 
 export class DeliveryEngine {
@@ -145,20 +161,24 @@ export class DeliveryEngine {
     const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
     const errors: string[] = [];
     const refreshWaitMs = Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2);
-    const calls = this.deliverTo(incoming.toLogin, payload, refreshWaitMs, errors).catch((err: unknown) => {
-      this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
-      return false;
-    });
-    const outcome = calls.then(async (ok): Promise<FirstAttemptOutcome> => {
-      if (!ok) this.firstAttempts.inc({ outcome: 'accepted' });
-      if (!ok) {
+    const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
+    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, errors).catch(
+      (err: unknown): Delivered => {
+        this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
+        return null;
+      },
+    );
+    const outcome = calls.then(async (delivered): Promise<FirstAttemptOutcome> => {
+      if (!delivered) this.firstAttempts.inc({ outcome: 'accepted' });
+      if (!delivered) {
         await this.releaseFirstLease(outgoingKey, outgoing, errors.join('; ') || 'no route answered');
         return { state: 'accepted', changed: false };
       }
       try {
-        if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now())) {
+        const proof = delivered === 'local' ? await this.localProof(want.messageKey) : delivered;
+        if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now(), proof)) {
           this.firstAttempts.inc({ outcome: 'delivered' });
-          return { state: 'delivered', changed: true };
+          return { state: 'delivered', changed: true, proof };
         }
         // The worker delivered this revision meanwhile, or a newer revision replaced it.
         const row = await this.deps.store.delivery.getDelivery(outgoingKey);
@@ -226,7 +246,7 @@ export class DeliveryEngine {
   reportLate(first: Promise<FirstAttemptOutcome>, senderLogin: string, baseKey: string, outgoingKey: string): void {
     this.deps.background.run('first attempt outcome', { key: outgoingKey }, async () => {
       const o = await first;
-      if (o.changed) this.notify(senderLogin, baseKey, outgoingKey, o.state);
+      if (o.changed) this.notify(senderLogin, baseKey, outgoingKey, o.state, o.proof ?? null);
     });
   }
 
@@ -239,50 +259,71 @@ export class DeliveryEngine {
   private async deliverTo(
     recipientLogin: string,
     payload: OpPayload<'ReceiveIncomingMessage'>,
+    want: ReceiptExpectation,
     refreshWaitMs: number,
     errors?: string[],
-  ): Promise<boolean> {
+  ): Promise<Delivered> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, {
       refreshAfterMs: config.profileRefreshMs,
       maxWaitMs: refreshWaitMs,
     });
     if (!recipient) errors?.push(`no profile of ${recipientLogin} found`);
-    if (!recipient) return false;
+    if (!recipient) return null;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, errors);
+    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, want, errors);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
-        this.callRoutes(routes, payload),
+        this.callRoutes(routes, payload, want),
       );
-    return true;
+    return 'local';
   }
 
-  /** Delivers to routes in parallel; true at the first success. Calls still running continue in the background. */
+  /**
+   * Delivers to routes in parallel; resolves with the first receipt that proves the delivery (docs/protocol.md
+   * §13.1), or null when every route failed or answered without one (BAD_RECEIPT). Calls still running
+   * continue in the background.
+   */
   private callRoutes(
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
+    want: ReceiptExpectation,
     errors?: string[],
-  ): Promise<boolean> {
-    if (routes.length === 0) return Promise.resolve(false);
+  ): Promise<DeliveryReceipt | null> {
+    if (routes.length === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
       let pending = routes.length;
       for (const server of routes) {
         const started = performance.now();
-        const settled = this.deps.peers.call(server, 'ReceiveIncomingMessage', payload).then(
-          () => {
+        const settled = this.deps.peers
+          .call(server, 'ReceiveIncomingMessage', payload)
+          .then(async (answer) => {
             this.callSeconds.observe((performance.now() - started) / 1000);
-            this.deps.trouble?.succeeded(server);
-            resolve(true);
-          },
-          (err: unknown) => {
-            this.s2sErrors.inc({ peer: server });
-            this.deps.trouble?.failed(server, err);
-            errors?.push(`${server}: ${causeOf(server, err)}`);
-            this.deps.log.debug('delivery call failed', { server, err: String(err) });
-            if (--pending === 0) resolve(false);
-          },
-        );
+            // Only the server called may prove the delivery to it.
+            const checked = await checkReceipt(answer.receipt, { ...want, serverLogins: [server] }, this.deps);
+            if ('problem' in checked) {
+              this.deps.log.warn('delivery answered without a valid receipt', {
+                server,
+                key: want.messageKey,
+                err: `BAD_RECEIPT: ${checked.problem}`,
+              });
+              throw new Error(`BAD_RECEIPT: ${checked.problem}`);
+            }
+            return checked.receipt;
+          })
+          .then(
+            (receipt) => {
+              this.deps.trouble?.succeeded(server);
+              resolve(receipt);
+            },
+            (err: unknown) => {
+              this.s2sErrors.inc({ peer: server });
+              this.deps.trouble?.failed(server, err);
+              errors?.push(`${server}: ${causeOf(server, err)}`);
+              this.deps.log.debug('delivery call failed', { server, err: String(err) });
+              if (--pending === 0) resolve(null);
+            },
+          );
         // A call that outlives the first success still runs to its end where drain() can see it.
         this.deps.background.run('delivery call', { server }, () => settled);
       }
@@ -365,18 +406,19 @@ export class DeliveryEngine {
     }
     const sender = await directory.lookup(row.senderLogin);
     const senderPeer = sender?.accessServers.find((s) => s !== config.serverLogin) ?? null;
-    if (
-      regular &&
-      senderPeer &&
-      config.peerCheckAttempts.includes(due + 1) &&
-      (await this.peerHasDelivered(senderPeer, row.outgoingKey))
-    ) {
-      await this.finish(row, { state: 'delivered', attempt: due + 1, nextAttemptAtMs: null, lastError: null });
+    const want = expectationFor({ ...copy, bytes: copy.blob }, undefined);
+    const peerProof =
+      regular && senderPeer && config.peerCheckAttempts.includes(due + 1)
+        ? await this.peerProof(senderPeer, row, want)
+        : null;
+    if (peerProof) {
+      const update = { state: 'delivered' as const, attempt: due + 1, nextAttemptAtMs: null, lastError: null };
+      await this.finish(row, { ...update, proof: peerProof });
       return;
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
     const errors: string[] = [];
-    const delivered = await this.deliverTo(row.recipientLogin, payload, config.s2sTimeoutMs, errors);
+    const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, errors);
     // Each route's own cause, so /debug/delivery says which server failed and why.
     const lastError = errors.join('; ') || 'no route answered';
     if (delivered) {
@@ -385,6 +427,7 @@ export class DeliveryEngine {
         attempt: regular ? due + 1 : row.attempt,
         nextAttemptAtMs: null,
         lastError: null,
+        proof: delivered === 'local' ? this.ownReceipt(copy) : delivered,
       });
     } else if (!regular) {
       // An extra attempt (a peer came back): the regular schedule stays as it was.
@@ -411,15 +454,41 @@ export class DeliveryEngine {
     }
   }
 
-  private async peerHasDelivered(peer: string, outgoingKey: string): Promise<boolean> {
+  /**
+   * The sender's other server's proof that it delivered this revision (docs/protocol.md §6.4, §13.1), or
+   * null: its `delivered` counts only with a proof by one of the recipient's servers that verifies and
+   * matches this server's copy (byte-identical to its own; decision 33).
+   */
+  private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
     try {
-      const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: outgoingKey });
-      return 'delivered' in answer && answer.delivered;
+      const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
+      if (!('delivered' in answer) || !answer.delivered) return null;
+      const servers = await proofSigners(this.deps.directory, row.recipientLogin);
+      const checked = await checkReceipt(answer.proof, servers ? { ...want, serverLogins: servers } : want, this.deps);
+      if ('receipt' in checked) return checked.receipt;
+      this.deps.log.warn('peer says delivered without a valid proof', {
+        peer,
+        key: row.outgoingKey,
+        err: `BAD_RECEIPT: ${checked.problem}`,
+      });
+      return null;
     } catch (err) {
       // The peer's silence never blocks our own attempt.
       this.deps.log.debug('peer status check failed', { peer, err: String(err) });
-      return false;
+      return null;
     }
+  }
+
+  /** This server's receipt for the recipient's copy it holds (a recipient on this server). */
+  private ownReceipt(copy: StoredCopy): DeliveryReceipt {
+    const sign = (text: string): string => this.deps.serverKey.sign(text);
+    return receiptFor(this.deps.config.serverLogin, sign, { ...copy, bytes: copy.blob });
+  }
+
+  /** ownReceipt of the stored incoming copy incomingKey, or null when it is not stored. */
+  private async localProof(incomingKey: string): Promise<DeliveryReceipt | null> {
+    const copy = await this.deps.store.messages.getCopy(incomingKey);
+    return copy ? this.ownReceipt(copy) : null;
   }
 
   private async finish(row: DeliveryRow, update: DeliveryUpdate): Promise<void> {
@@ -432,12 +501,23 @@ export class DeliveryEngine {
     if (!ok) return; // a newer revision or another path changed the row meanwhile
     const extra = update.state === 'accepted' && update.attempt === row.attempt;
     this.attempts.inc({ outcome: update.state === 'accepted' ? (extra ? 'extra' : 'retry') : update.state });
-    if (update.state !== row.state) this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state);
+    if (update.state !== row.state)
+      this.notify(row.senderLogin, row.baseKey, row.outgoingKey, update.state, update.proof ?? null);
   }
 
-  /** DmDeliveryStateChanged to the sender's sessions on this server's every process (docs/protocol.md §6.7). */
-  notify(senderLogin: string, baseKey: string, outgoingKey: string, deliveryState: DeliveryState): void {
+  /**
+   * DmDeliveryStateChanged to the sender's sessions on this server's every process (docs/protocol.md §6.7),
+   * with the delivery's proof when there is one (§13.1).
+   */
+  notify(
+    senderLogin: string,
+    baseKey: string,
+    outgoingKey: string,
+    deliveryState: DeliveryState,
+    proof: DeliveryReceipt | null = null,
+  ): void {
     const event: DeliveryStateChangedEvent = { baseKey, outgoingKey, deliveryState };
+    if (proof) event.deliveryProof = proof;
     this.deps.fanout.sendToUser(senderLogin, eventFrame('DmDeliveryStateChanged', event));
   }
 

@@ -309,6 +309,14 @@ export class Directory {
   }
 
   /**
+   * The descriptor this server has pinned for serverLogin (itself included), or null; never asks the
+   * network, so any socket may ask (GetServerDescriptor, docs/protocol.md §13.1).
+   */
+  async pinnedServer(serverLogin: string): Promise<ServerDescriptor | null> {
+    return (await this.deps.store.directory.getServer(serverLogin))?.descriptor ?? null;
+  }
+
+  /**
    * A server's descriptor as this server knows it; a configured peer (SHINE_PEERS) not seen yet is
    * fetched from its /.well-known/shine-server and pinned on first use.
    */

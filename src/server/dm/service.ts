@@ -2,7 +2,14 @@
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
-import { baseKeyOf, copyFieldsOf, ownerOf, pairProblem, signedBytesOf } from '../../protocol/container.js';
+import {
+  baseKeyOf,
+  copyFieldsOf,
+  messageKeyOf,
+  ownerOf,
+  pairProblem,
+  signedBytesOf,
+} from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -21,11 +28,13 @@ import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
 import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import type { Session, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
+import type { ServerKey } from '../keys.js';
+import { receiptFor } from '../delivery/receipts.js';
 
 export interface DmDeps {
   config: Config;
   clock: Clock;
-  store: Pick<Store, 'devices' | 'messages' | 'settings'>;
+  store: Pick<Store, 'devices' | 'messages' | 'settings' | 'delivery'>;
   /** This server's sessions on every process. */
   fanout: Fanout;
   directory: Directory;
@@ -36,6 +45,8 @@ export interface DmDeps {
   delivery?: DeliveryEngine | undefined;
   /** WebPush to the owner's devices without a session (docs/protocol.md §5.5). */
   push?: Pick<PushService, 'notifyMessage'> | undefined;
+  /** Signs the receipt of a delivery to a recipient on this server (docs/protocol.md §13.1). */
+  serverKey: Pick<ServerKey, 'sign'>;
 }
 
 /** The copy types each pair op takes (incoming types; the outgoing one is the next number). */
@@ -200,13 +211,22 @@ export class DmService {
     if (recipientIsLocal && recipient !== sender)
       outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
     const device = opts.senderSession?.deviceId;
+    // This server's own receipt (docs/protocol.md §13.1), for the incoming copy as this call stores it.
+    const sign = (text: string): string => this.deps.serverKey.sign(text);
+    const incomingKey = messageKeyOf(pair.incoming);
     const result = await store.messages.storePair({
       incoming: pair.incoming,
       outgoing: pair.outgoing,
       nowMs: now,
       outbox: { owners: outbox },
       delivery: recipientIsLocal
-        ? { state: 'delivered', attempt: 1, acceptedAtMs: now, nextAttemptAtMs: null }
+        ? {
+            state: 'delivered',
+            attempt: 1,
+            acceptedAtMs: now,
+            nextAttemptAtMs: null,
+            proof: receiptFor(config.serverLogin, sign, { ...pair.incoming, messageKey: incomingKey, storedAtMs: now }),
+          }
         : {
             state: 'accepted',
             attempt: 1,
@@ -217,13 +237,25 @@ export class DmService {
           },
       senderDevice: device ? { login: sender, deviceId: device } : undefined,
     });
+    const fresh = result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated';
+    if (recipientIsLocal && fresh && !isNew(result.incoming)) {
+      // The incoming copy was not stored by this call: it was there already (its own storedAtMs; a newer
+      // revision proves nothing for this one), or a tombstone refused it (nothing to prove).
+      const stored =
+        result.incoming.outcome === 'unchanged' ? await store.messages.getCopy(result.incoming.messageKey) : null;
+      const same =
+        stored?.revisionTimeMs === pair.incoming.revisionTimeMs &&
+        stored.reencryptedAtMs === pair.incoming.reencryptedAtMs;
+      const proof = same ? receiptFor(config.serverLogin, sign, { ...stored, bytes: stored.blob }) : null;
+      await store.delivery.setDeliveryProof(result.outgoing.messageKey, pair.outgoing, proof);
+    }
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);
     const reached = recipientIsLocal ? await this.publishCounted(pair.incoming, result.incoming) : 0;
     const pushed = recipientIsLocal ? await this.pushFor(pair.incoming, result.incoming) : 0;
     return {
       result,
       routes: pair.recipientServers.filter((s) => s !== config.serverLogin),
-      fresh: result.outgoing.outcome === 'inserted' || result.outgoing.outcome === 'updated',
+      fresh,
       answer: {
         messageKey: result.outgoing.messageKey,
         baseKey: baseKeyOf(pair.outgoing),

@@ -2,7 +2,7 @@
 import { baseKeyOf, outgoingKeyOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText, verifyText } from '../../protocol/identity.js';
-import type { PairAnswer } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpAnswer, PairAnswer } from '../../protocol/ops.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/config.js';
@@ -12,7 +12,11 @@ import type { DmService } from '../dm/service.js';
 import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
 import type { Logger } from '../log.js';
 import type { Session } from '../sessions.js';
-import type { Store } from '../store/types.js';
+import type { CopyResult, Store } from '../store/types.js';
+import type { Container } from '../../protocol/container.js';
+import type { DeliveryReceipt } from '../../protocol/receipt.js';
+import { receiptFor } from '../delivery/receipts.js';
+import type { ServerKey } from '../keys.js';
 
 export interface FederationDeps {
   config: Config;
@@ -23,6 +27,8 @@ export interface FederationDeps {
   delivery: DeliveryEngine;
   verifier: SignatureVerifier;
   log: Logger;
+  /** Signs this server's delivery receipts (docs/protocol.md §13.1). */
+  serverKey: Pick<ServerKey, 'sign'>;
   /** Outgoing connections to peers, told when a peer authenticates here (it is up again). */
   peers?: { reachable(serverLogin: string): void };
 }
@@ -95,7 +101,7 @@ export class FederationService {
   async receiveIncoming(
     p: { incomingBlobB64?: string | undefined; sourceServerLogin?: string | undefined },
     session: Session,
-  ): Promise<Omit<PairAnswer, 'incomingKey' | 'outgoingKey' | 'deliveryState'>> {
+  ): Promise<OpAnswer<'ReceiveIncomingMessage'>> {
     const source = this.sourceOf(session, p.sourceServerLogin);
     const { config, clock, store, directory, dm } = this.deps;
     if (!p.incomingBlobB64) throw new ShineError('BAD_FIELDS', 'incomingBlobB64 is required');
@@ -117,12 +123,33 @@ export class FederationService {
       nowMs: clock.now(),
       outbox: { owners: new Map([[copy.toLogin, synced]]) },
     });
+    const receipt = await this.receiptOf(copy, result);
     return {
       messageKey: result.messageKey,
       baseKey: baseKeyOf(copy),
       deliveredWsSessions: await dm.publishCounted(copy, result),
       deliveredWebPushSessions: await dm.pushFor(copy, result),
+      ...(receipt ? { receipt } : {}),
     };
+  }
+
+  /**
+   * The receipt of the copy as it is stored now (docs/protocol.md §13.1, decision 32): the copy just
+   * written; on a re-delivery the stored one (its revision, its bytes, when it was stored), which may be
+   * a newer revision than the one sent and then proves nothing to its sender; none for a copy a
+   * tombstone refused.
+   */
+  private async receiptOf(copy: Container, result: CopyResult): Promise<DeliveryReceipt | null> {
+    const { config, serverKey, store } = this.deps;
+    const sign = (text: string): string => serverKey.sign(text);
+    if (result.outcome === 'inserted' || result.outcome === 'updated') {
+      const { revisionTimeMs, reencryptedAtMs } = copy;
+      const c = { messageKey: result.messageKey, revisionTimeMs, reencryptedAtMs, storedAtMs: result.storedAtMs };
+      return receiptFor(config.serverLogin, sign, { ...c, bytes: copy.bytes });
+    }
+    if (result.outcome !== 'unchanged') return null;
+    const stored = await store.messages.getCopy(result.messageKey);
+    return stored ? receiptFor(config.serverLogin, sign, { ...stored, bytes: stored.blob }) : null;
   }
 
   /** The whole pair from the sender's other access server; this server runs its own delivery for it. */
@@ -169,21 +196,19 @@ export class FederationService {
     return stored.answer;
   }
 
-  /** GetDmDeliveryStatus, single or batch (docs/protocol.md §5.4). Read-only. */
+  /** GetDmDeliveryStatus, single or batch (docs/protocol.md §5.4), with the proof of a delivery (§13.1). Read-only. */
   async deliveryStatus(
     p: { messageKey?: string | undefined; messageKeys?: string[] | undefined; sourceServerLogin?: string | undefined },
     session: Session,
-  ): Promise<
-    | { messageKey: string; known: boolean; delivered: boolean }
-    | { items: { messageKey: string; known: boolean; delivered: boolean }[] }
-  > {
+  ): Promise<OpAnswer<'GetDmDeliveryStatus'>> {
     this.sourceOf(session, p.sourceServerLogin);
-    const one = async (messageKey: string): Promise<{ messageKey: string; known: boolean; delivered: boolean }> => {
+    const one = async (messageKey: string): Promise<DeliveryStatusItem> => {
       // An incoming key is answered for its pair's outgoing key.
       const outgoingKey = outgoingKeyOf(messageKey);
       if (!outgoingKey) return { messageKey, known: false, delivered: false };
       const row = await this.deps.store.delivery.getDelivery(outgoingKey);
-      return { messageKey, known: row !== null, delivered: row?.state === 'delivered' };
+      const delivered = row?.state === 'delivered';
+      return { messageKey, known: row !== null, delivered, ...(delivered && row.proof ? { proof: row.proof } : {}) };
     };
     if (p.messageKeys !== undefined) return { items: await Promise.all(p.messageKeys.map(one)) };
     if (!p.messageKey) throw new ShineError('EMPTY_MESSAGE_KEY', 'messageKey or messageKeys is required');

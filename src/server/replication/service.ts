@@ -24,6 +24,8 @@ import type { Session } from '../sessions.js';
 import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
 import type { SyncItem } from './anti-entropy.js';
 import { addRepairStats, AntiEntropy, emptyRepairStats } from './anti-entropy.js';
+import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
+import { checkReceipts, expectationFor, proofSigners } from '../delivery/receipts.js';
 
 export interface ReplicationDeps {
   config: Config;
@@ -608,14 +610,45 @@ export class ReplicationService {
         this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
       }
     }
-    return { decoded, remote };
+    return { decoded, remote, proofs: await this.deliveryProofs(peer, decoded, remote) };
+  }
+
+  /**
+   * The proofs of the pairs the peer says it delivered (docs/protocol.md §6.8, §13.1): each must be a
+   * receipt by one of the recipient's servers that verifies and matches this server's incoming copy
+   * (byte-identical to the peer's). A `delivered` without one is not taken (decision 33).
+   */
+  private async deliveryProofs(
+    peer: string,
+    decoded: CheckedDmPage['decoded'],
+    remote: Map<string, DeliveryStatusItem>,
+  ): Promise<Map<string, DeliveryReceipt>> {
+    const { directory, bulkVerifier, log } = this.deps;
+    const asked: { outgoingKey: string; x: unknown; want: ReceiptExpectation }[] = [];
+    for (const { copies } of decoded) {
+      if (copies.length !== 2) continue;
+      const [incoming, outgoing] = copies as [Container, Container];
+      const status = remote.get(messageKeyOf(outgoing));
+      if (!status?.delivered) continue;
+      const servers = await proofSigners(directory, incoming.toLogin);
+      const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, servers);
+      asked.push({ outgoingKey: messageKeyOf(outgoing), x: status.proof, want });
+    }
+    const proofs = new Map<string, DeliveryReceipt>();
+    const checked = await checkReceipts(asked, directory, bulkVerifier);
+    checked.forEach((c, i) => {
+      const key = asked[i]!.outgoingKey;
+      if ('receipt' in c) proofs.set(key, c.receipt);
+      else log.warn('peer says delivered without a valid proof', { peer, key, err: `BAD_RECEIPT: ${c.problem}` });
+    });
+    return proofs;
   }
 
   /**
    * Stores a checked page silently (no events, no push, no forwarding); pairs get delivery rows per
    * docs/protocol.md §6.8. Returns the syncIds to ack.
    */
-  private async writePage(peer: string, owner: string, { decoded, remote }: CheckedDmPage): Promise<string[]> {
+  private async writePage(peer: string, owner: string, { decoded, proofs }: CheckedDmPage): Promise<string[]> {
     const { store, clock, config } = this.deps;
     const now = clock.now();
     const outbox = await this.pairOutboxes(
@@ -634,11 +667,11 @@ export class ReplicationService {
           silent: true,
         });
       const [incoming, outgoing] = copies as [Container, Container];
-      const status = remote.get(messageKeyOf(outgoing));
+      const proof = proofs.get(messageKeyOf(outgoing));
       // Old history is never re-sent: past the hour from the source's storedAtMs it is failed unless delivered there.
       let delivery: StorePairInput['delivery'];
-      if (status?.delivered)
-        delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
+      if (proof)
+        delivery = { state: 'delivered', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null, proof };
       else if (now >= item.storedAtMs + (config.retryScheduleMs.at(-1) ?? HOUR))
         delivery = { state: 'failed', attempt: 0, acceptedAtMs: item.storedAtMs, nextAttemptAtMs: null };
       else
@@ -662,6 +695,8 @@ export class ReplicationService {
 interface CheckedDmPage {
   decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[];
   remote: Map<string, DeliveryStatusItem>;
+  /** The checked proofs of the pairs delivered there, by outgoing key. */
+  proofs: Map<string, DeliveryReceipt>;
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));

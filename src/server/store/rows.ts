@@ -4,6 +4,8 @@ import type { DeliveryState, HistoryItem } from '../../protocol/ops.js';
 import type { PushSubscriptionRow } from '../push/store.js';
 import type { Container } from '../../protocol/container.js';
 import { baseKeyOf } from '../../protocol/container.js';
+import type { DeliveryReceipt } from '../../protocol/receipt.js';
+import { pickReceipt } from '../../protocol/receipt.js';
 import type { DeliveryRow, StoredCopy, StorePairInput } from './types.js';
 
 /** A signed_messages row as both dialects read it (integers as numbers, the blob as bytes). */
@@ -53,6 +55,7 @@ export interface DeliveryDbRow {
   lease_until_ms: number | null;
   row_version: number;
   last_error: string | null;
+  receipt_json: string | null;
 }
 
 export function toDeliveryRow(r: DeliveryDbRow): DeliveryRow {
@@ -70,7 +73,13 @@ export function toDeliveryRow(r: DeliveryDbRow): DeliveryRow {
     leaseUntilMs: r.lease_until_ms,
     rowVersion: r.row_version,
     lastError: r.last_error,
+    proof: r.receipt_json === null ? null : (JSON.parse(r.receipt_json) as DeliveryReceipt),
   };
+}
+
+/** A delivery proof as dm_delivery_state.receipt_json holds it (docs/protocol.md §13.1). */
+export function proofJson(proof: DeliveryReceipt | null | undefined): string | null {
+  return proof ? JSON.stringify(pickReceipt(proof)) : null;
 }
 
 /** A push_subscriptions row as both dialects read it. */
@@ -106,27 +115,40 @@ export const toPushSubscription = (r: PushDbRow): PushSubscriptionRow => ({
   consecutiveFailures: r.consecutive_failures,
 });
 
+/** A history row: the copy, its pair's delivery state and the proof of this revision's delivery. */
+export type HistoryDbRow = MessageDbRow & { delivery_state: DeliveryState | null; delivery_proof: string | null };
+
+/**
+ * The history query's delivery_proof column (both dialects; d is the pair's delivery row, m the copy):
+ * the receipt only while that row is delivered for this very revision (docs/protocol.md §13.1).
+ */
+export const HISTORY_PROOF = `CASE WHEN d.state = 'delivered' AND d.revision_time_ms = m.revision_time_ms
+           AND d.reencrypted_at_ms = m.reencrypted_at_ms THEN d.receipt_json END AS delivery_proof`;
+
 /** A history page from up to limit + 1 rows (newest first), each with its pair's delivery state. */
 export function toHistoryPage(
-  rows: readonly (MessageDbRow & { delivery_state: DeliveryState | null })[],
+  rows: readonly HistoryDbRow[],
   limit: number,
 ): { items: HistoryItem[]; hasMore: boolean } {
   const items = rows.slice(0, limit).map((r): HistoryItem => {
     const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
-    return {
+    const item: HistoryItem = {
       ...fields,
       createdAtMs: r.created_at_ms,
       readAtMs: r.read_at_ms,
       deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
       blobB64: toBase64(blob),
     };
+    if (r.message_type === 2 && r.delivery_proof !== null)
+      item.deliveryProof = JSON.parse(r.delivery_proof) as DeliveryReceipt;
+    return item;
   });
   return { items, hasMore: rows.length > limit };
 }
 
 /**
  * The values of a new delivery row for an outgoing copy, in column order from base_key to
- * lease_until_ms (both dialects' INSERT INTO dm_delivery_state list its columns so).
+ * receipt_json (both dialects' INSERT INTO dm_delivery_state list its columns so).
  */
 export function deliveryRowValues(
   outgoing: Container,
@@ -143,5 +165,6 @@ export function deliveryRowValues(
     d.acceptedAtMs,
     d.nextAttemptAtMs,
     d.leaseUntilMs ?? null,
+    proofJson(d.proof),
   ];
 }

@@ -16,6 +16,7 @@
 import type { Container } from '../../protocol/container.js';
 import type { ServerDescriptor, UserProfile } from '../../protocol/identity.js';
 import type { DeliveryState, DirectMessageEvent, HistoryItem } from '../../protocol/ops.js';
+import type { DeliveryReceipt } from '../../protocol/receipt.js';
 import type { PushStore } from '../push/store.js';
 
 export type ProfileSource = 'local' | 'imported' | 'static';
@@ -71,6 +72,8 @@ export interface StorePairInput {
      * once, so no other process's worker may claim it meanwhile — docs/protocol.md §6.6). Default none.
      */
     leaseUntilMs?: number | null;
+    /** The delivery's proof (docs/protocol.md §13.1), with `delivered`. Default none. */
+    proof?: DeliveryReceipt | null;
   } | null;
   /** The sending session's device: its own copies count as acknowledged (docs/protocol.md §5.3). */
   senderDevice?: { login: string; deviceId: string } | undefined;
@@ -144,6 +147,8 @@ export interface DeliveryRow {
   leaseUntilMs: number | null;
   rowVersion: number;
   lastError: string | null;
+  /** The receipt proving the delivery of this revision (docs/protocol.md §13.1), or null. */
+  proof: DeliveryReceipt | null;
 }
 
 export interface DeliveryUpdate {
@@ -151,6 +156,8 @@ export interface DeliveryUpdate {
   attempt: number;
   nextAttemptAtMs: number | null;
   lastError: string | null;
+  /** The proof kept with the row (null or omitted: none). */
+  proof?: DeliveryReceipt | null;
 }
 
 /** One page of a sync protocol (docs/protocol.md §7), after the acks of the previous page were applied. */
@@ -251,11 +258,18 @@ export interface DeliveryStore {
   claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null>;
   /** Writes an attempt's outcome if the row still has rowVersion; false when someone else changed it. */
   finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean>;
-  /** Marks the given revision delivered if it is still accepted; true when it changed. */
+  /** Marks the given revision delivered, with its proof, if it is still accepted; true when it changed. */
   markDelivered(
     outgoingKey: string,
     revision: { revisionTimeMs: number; reencryptedAtMs: number },
     nowMs: number,
+    proof: DeliveryReceipt | null,
+  ): Promise<boolean>;
+  /** Sets the proof of the given revision if its row is delivered for it; true when it changed. */
+  setDeliveryProof(
+    outgoingKey: string,
+    revision: { revisionTimeMs: number; reencryptedAtMs: number },
+    proof: DeliveryReceipt | null,
   ): Promise<boolean>;
   /**
    * Makes accepted rows whose recipient uses serverLogin due now; returns how many. Rows accepted after

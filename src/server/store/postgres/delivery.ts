@@ -1,7 +1,8 @@
 /** Delivery rows on PostgreSQL (dm_delivery_state). Every write is a conditional update (types.ts). */
 import type { DeliveryState } from '../../../protocol/ops.js';
 import type { DeliveryDbRow } from '../rows.js';
-import { toDeliveryRow } from '../rows.js';
+import { proofJson, toDeliveryRow } from '../rows.js';
+import type { DeliveryReceipt } from '../../../protocol/receipt.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate } from '../types.js';
 import type { PgDb } from './db.js';
 
@@ -40,9 +41,9 @@ export class PgDeliveryStore implements DeliveryStore {
   async finishDelivery(outgoingKey: string, rowVersion: number, u: DeliveryUpdate, nowMs: number): Promise<boolean> {
     const r = await this.db.query(
       `UPDATE dm_delivery_state SET state = $1, attempt = $2, next_attempt_at_ms = $3, last_error = $4,
-         lease_until_ms = NULL, row_version = row_version + 1, updated_at_ms = $5
+         lease_until_ms = NULL, receipt_json = $8, row_version = row_version + 1, updated_at_ms = $5
        WHERE outgoing_key = $6 AND row_version = $7`,
-      [u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion],
+      [u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion, proofJson(u.proof)],
     );
     return r.rowCount === 1;
   }
@@ -51,12 +52,26 @@ export class PgDeliveryStore implements DeliveryStore {
     outgoingKey: string,
     rev: { revisionTimeMs: number; reencryptedAtMs: number },
     nowMs: number,
+    proof: DeliveryReceipt | null,
   ): Promise<boolean> {
     const r = await this.db.query(
       `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
-         row_version = row_version + 1, updated_at_ms = $1
+         receipt_json = $5, row_version = row_version + 1, updated_at_ms = $1
        WHERE outgoing_key = $2 AND state = 'accepted' AND revision_time_ms = $3 AND reencrypted_at_ms = $4`,
-      [nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs],
+      [nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs, proofJson(proof)],
+    );
+    return r.rowCount === 1;
+  }
+
+  async setDeliveryProof(
+    outgoingKey: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    proof: DeliveryReceipt | null,
+  ): Promise<boolean> {
+    const r = await this.db.query(
+      `UPDATE dm_delivery_state SET receipt_json = $1
+       WHERE outgoing_key = $2 AND state = 'delivered' AND revision_time_ms = $3 AND reencrypted_at_ms = $4`,
+      [proofJson(proof), outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs],
     );
     return r.rowCount === 1;
   }

@@ -8,8 +8,8 @@ import type { Container } from '../../../protocol/container.js';
 import { ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
-import type { MessageDbRow } from '../rows.js';
-import { deliveryRowValues, toHistoryPage, toStoredCopy } from '../rows.js';
+import type { HistoryDbRow, MessageDbRow } from '../rows.js';
+import { deliveryRowValues, HISTORY_PROOF, toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, CopyFacts, CopyPlan } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -74,14 +74,14 @@ export class PgMessageStore implements MessageStore {
         const upsert = d
           ? `up AS (
                INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-                 reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
-                 last_error, updated_at_ms)
+                 reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
+                 row_version, last_error, updated_at_ms)
                VALUES (${key}, ${q.list(deliveryRowValues(outgoing, d))}, 1, NULL, ${q.add(nowMs)})
                ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
                  reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
                  accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-                 lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
-                 last_error = NULL, updated_at_ms = excluded.updated_at_ms
+                 lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
+                 row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
                WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
                      > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
                RETURNING state)`
@@ -122,8 +122,8 @@ export class PgMessageStore implements MessageStore {
 
   async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
     const first = q.beforeTimeMs === 0 && q.beforeMessageKey === '';
-    const r = await this.db.query<MessageDbRow & { delivery_state: DeliveryState | null }>(
-      `SELECT m.*, d.state AS delivery_state FROM signed_messages m
+    const r = await this.db.query<HistoryDbRow>(
+      `SELECT m.*, d.state AS delivery_state, ${HISTORY_PROOF} FROM signed_messages m
          LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
        WHERE m.owner_login = $1 AND m.peer_login = $2 AND m.message_type IN (1, 2)
          AND ($3::boolean OR (m.time_ms, m.message_key) < ($4::bigint, $5::text))

@@ -182,7 +182,11 @@ export const POSTGRES_MIGRATIONS: readonly PgMigration[] = [
     redis BOOLEAN NOT NULL
   );
   `,
-  // 4: anti-entropy (docs/protocol.md §7): each outbox row's message timeMs, copy count and the xor of its
+  // 4: the delivery receipt proving a row's delivery (docs/protocol.md §13.1), as JSON.
+  `
+  ALTER TABLE dm_delivery_state ADD COLUMN receipt_json TEXT;
+  `,
+  // 5: anti-entropy (docs/protocol.md §7): each outbox row's message timeMs, copy count and the xor of its
   // copies' digests, in an index that DmDigest and DmKeys read without touching a blob.
   {
     sql: `

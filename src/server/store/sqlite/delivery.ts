@@ -2,7 +2,8 @@
 import type { Container } from '../../../protocol/container.js';
 import type { DeliveryState } from '../../../protocol/ops.js';
 import type { DeliveryDbRow } from '../rows.js';
-import { deliveryRowValues, toDeliveryRow } from '../rows.js';
+import { deliveryRowValues, proofJson, toDeliveryRow } from '../rows.js';
+import type { DeliveryReceipt } from '../../../protocol/receipt.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate, StorePairInput } from '../types.js';
 import type { SqliteDb } from './db.js';
 import { SqliteArea } from './db.js';
@@ -21,13 +22,14 @@ export function startDeliveryTx(
 ): void {
   db.sql(
     `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-       reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error, updated_at_ms)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
+       reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json, row_version,
+       last_error, updated_at_ms)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
      ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
        reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
        accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-       lease_until_ms = excluded.lease_until_ms, row_version = dm_delivery_state.row_version + 1,
-       last_error = NULL, updated_at_ms = excluded.updated_at_ms
+       lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
+       row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
      WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
            > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
   ).run(outgoingKey, ...deliveryRowValues(outgoing, d), nowMs);
@@ -71,9 +73,10 @@ export class SqliteDeliveryStore extends SqliteArea implements DeliveryStore {
       () =>
         this.sql(
           `UPDATE dm_delivery_state SET state = ?, attempt = ?, next_attempt_at_ms = ?, last_error = ?, lease_until_ms = NULL,
-             row_version = row_version + 1, updated_at_ms = ?
+             receipt_json = ?, row_version = row_version + 1, updated_at_ms = ?
            WHERE outgoing_key = ? AND row_version = ?`,
-        ).run(u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion).changes === 1,
+        ).run(u.state, u.attempt, u.nextAttemptAtMs, u.lastError, proofJson(u.proof), nowMs, outgoingKey, rowVersion)
+          .changes === 1,
     );
   }
 
@@ -81,14 +84,29 @@ export class SqliteDeliveryStore extends SqliteArea implements DeliveryStore {
     outgoingKey: string,
     rev: { revisionTimeMs: number; reencryptedAtMs: number },
     nowMs: number,
+    proof: DeliveryReceipt | null,
   ): Promise<boolean> {
     return this.db.write(
       () =>
         this.sql(
           `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
-             row_version = row_version + 1, updated_at_ms = ?
+             receipt_json = ?, row_version = row_version + 1, updated_at_ms = ?
            WHERE outgoing_key = ? AND state = 'accepted' AND revision_time_ms = ? AND reencrypted_at_ms = ?`,
-        ).run(nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs).changes === 1,
+        ).run(proofJson(proof), nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs).changes === 1,
+    );
+  }
+
+  setDeliveryProof(
+    outgoingKey: string,
+    rev: { revisionTimeMs: number; reencryptedAtMs: number },
+    proof: DeliveryReceipt | null,
+  ): Promise<boolean> {
+    return this.db.write(
+      () =>
+        this.sql(
+          `UPDATE dm_delivery_state SET receipt_json = ?
+           WHERE outgoing_key = ? AND state = 'delivered' AND revision_time_ms = ? AND reencrypted_at_ms = ?`,
+        ).run(proofJson(proof), outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs).changes === 1,
     );
   }
 

@@ -3,9 +3,9 @@
  * delivery rows that follow a copy in the same transaction. What a copy does is decided by ../rules.ts.
  */
 import type { Container } from '../../../protocol/container.js';
-import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
-import type { MessageDbRow } from '../rows.js';
-import { toHistoryPage, toStoredCopy } from '../rows.js';
+import type { HistoryItem } from '../../../protocol/ops.js';
+import type { HistoryDbRow, MessageDbRow } from '../rows.js';
+import { HISTORY_PROOF, toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, StoredRevision } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -197,7 +197,7 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
 
   async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
     const rows = this.sql(
-      `SELECT m.*, d.state AS delivery_state FROM signed_messages m
+      `SELECT m.*, d.state AS delivery_state, ${HISTORY_PROOF} FROM signed_messages m
          LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
        WHERE m.owner_login = ? AND m.peer_login = ? AND m.message_type IN (1, 2)
          AND (? = 0 OR m.time_ms < ? OR (m.time_ms = ? AND m.message_key < ?))
@@ -210,7 +210,7 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
       q.beforeTimeMs,
       q.beforeMessageKey,
       q.limit + 1,
-    ) as (MessageDbRow & { delivery_state: DeliveryState | null })[];
+    ) as HistoryDbRow[];
     return toHistoryPage(rows, q.limit);
   }
 

@@ -1,0 +1,125 @@
+/**
+ * Delivery receipts on the server (docs/protocol.md §13.1): signing one for a copy this server stored, and
+ * checking one that another server gave (a recipient server's answer, or the proof the sender's other
+ * server passes on) against the copy it must prove.
+ */
+import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
+import {
+  containerSha256B64,
+  pickReceipt,
+  receiptMismatch,
+  receiptShapeProblem,
+  receiptSigningText,
+  signReceipt,
+} from '../../protocol/receipt.js';
+import { fromBase64, utf8 } from '../../protocol/bytes.js';
+import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
+import { inlineBulkVerifier } from '../crypto/verify-pool.js';
+import type { Directory } from '../directory/service.js';
+
+/** The stored copy a receipt names: its key, revision, when it was stored and its exact bytes. */
+export interface ReceiptCopy {
+  messageKey: string;
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  storedAtMs: number;
+  bytes: Uint8Array;
+}
+
+/** This server's receipt for a copy it stored. */
+export function receiptFor(serverLogin: string, sign: (text: string) => string, c: ReceiptCopy): DeliveryReceipt {
+  return signReceipt(
+    {
+      serverLogin,
+      messageKey: c.messageKey,
+      revisionTimeMs: c.revisionTimeMs,
+      reencryptedAtMs: c.reencryptedAtMs,
+      storedAtMs: c.storedAtMs,
+      containerSha256B64: containerSha256B64(c.bytes),
+    },
+    sign,
+  );
+}
+
+/**
+ * What a receipt must name to prove the delivery of the incoming copy with these bytes, signed by one
+ * of serverLogins (undefined: by any server whose key this server has pinned).
+ */
+export function expectationFor(
+  copy: { messageKey: string; revisionTimeMs: number; reencryptedAtMs: number; bytes: Uint8Array },
+  serverLogins: readonly string[] | undefined,
+): ReceiptExpectation {
+  const want: ReceiptExpectation = {
+    messageKey: copy.messageKey,
+    revisionTimeMs: copy.revisionTimeMs,
+    reencryptedAtMs: copy.reencryptedAtMs,
+    containerSha256B64: containerSha256B64(copy.bytes),
+  };
+  if (serverLogins) want.serverLogins = serverLogins;
+  return want;
+}
+
+/**
+ * Who may sign the proof of a delivery to recipientLogin that another server passes on (docs/protocol.md
+ * §13.1, decision 33): the recipient's access servers as known here; any pinned server while the
+ * recipient is not known here (a client still checks the signer against the recipient's profile).
+ */
+export async function proofSigners(
+  directory: Pick<Directory, 'lookup'>,
+  recipientLogin: string,
+): Promise<readonly string[] | undefined> {
+  return (await directory.lookup(recipientLogin, { noImport: true }))?.accessServers;
+}
+
+/**
+ * The receipt when it has the right shape, matches `want` and verifies against the key this server
+ * pinned for its signer (docs/protocol.md §4); otherwise why not (for the log and lastError).
+ */
+export async function checkReceipt(
+  x: unknown,
+  want: ReceiptExpectation,
+  deps: { directory: Pick<Directory, 'lookupServer'>; verifier: SignatureVerifier },
+): Promise<{ receipt: DeliveryReceipt } | { problem: string }> {
+  const [checked] = await checkReceipts([{ x, want }], deps.directory, inlineBulkVerifier(deps.verifier));
+  return checked!;
+}
+
+/** checkReceipt for many receipts at once: every signature goes to `bulk` in one call (a verify pool). */
+export async function checkReceipts(
+  items: readonly { x: unknown; want: ReceiptExpectation }[],
+  directory: Pick<Directory, 'lookupServer'>,
+  bulk: BulkVerifier,
+): Promise<({ receipt: DeliveryReceipt } | { problem: string })[]> {
+  const out: ({ receipt: DeliveryReceipt } | { problem: string })[] = [];
+  const jobs: VerifyJob[] = [];
+  const outOfJob: number[] = [];
+  for (const { x, want } of items) {
+    const shape = x === undefined || x === null ? 'no receipt' : receiptShapeProblem(x);
+    if (shape) {
+      out.push({ problem: shape });
+      continue;
+    }
+    const receipt = pickReceipt(x as DeliveryReceipt);
+    const mismatch = receiptMismatch(receipt, want);
+    const signer = mismatch ? null : await directory.lookupServer(receipt.serverLogin);
+    const key = signer ? fromBase64(signer.descriptor.signKeyB64) : null;
+    if (mismatch) out.push({ problem: `${mismatch.toLowerCase()} mismatch` });
+    else if (!key) out.push({ problem: `signer ${receipt.serverLogin} unknown` });
+    else {
+      out.push({ receipt });
+      // The shape check made sure the signature is 64 bytes of base64.
+      jobs.push({
+        signature: fromBase64(receipt.signatureB64)!,
+        message: utf8(receiptSigningText(receipt)),
+        publicKey: key,
+      });
+      outOfJob.push(out.length - 1);
+    }
+  }
+  const verified = jobs.length > 0 ? await bulk.verifyMany(jobs) : [];
+  verified.forEach((ok, k) => {
+    if (!ok) out[outOfJob[k]!] = { problem: 'bad signature' };
+  });
+  return out;
+}
