@@ -56,9 +56,11 @@ export type ContainerErrorReason =
   | 'BAD_MAGIC'
   | 'BAD_VERSION'
   | 'BAD_TYPE'
+  | 'BAD_KIND'
   | 'BAD_LOGIN'
   | 'SAME_LOGIN'
   | 'BAD_INTEGER'
+  | 'BAD_HASH'
   | 'BODY_TOO_LARGE'
   | 'BAD_BODY'
   | 'TRAILING_BYTES';
