@@ -4,9 +4,9 @@
  */
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesEqual, concatBytes, toHex, utf8 } from './bytes.js';
-import { ContainerError, MAX_BODY, MAX_CONTAINER } from './container.js';
+import { ContainerError, MAX_BODY, MAX_CONTAINER, StrictReader, appendSignature, u64 } from './container.js';
 import type { SignatureVerifier } from './ed25519.js';
-import { nobleVerifier, signEd25519 } from './ed25519.js';
+import { nobleVerifier } from './ed25519.js';
 import { LOGIN_RE } from './login.js';
 
 export const BLOCK_MAGIC = utf8('SHiNE_BCH');
@@ -17,7 +17,6 @@ export const MAX_BLOCK = MAX_CONTAINER;
 export const HASH_LENGTH = 32;
 /** The prevHash of a genesis block. */
 export const ZERO_HASH: Uint8Array = new Uint8Array(HASH_LENGTH);
-const SIGNATURE_LENGTH = 64;
 const MAX_KIND = 0xffff;
 
 /** The fields a client chooses; encodeSignedBlock() adds magic, version, lengths and the signature. */
@@ -45,15 +44,11 @@ export interface Block extends BlockFields {
 /** Why `next` cannot follow `prev` in one chain (docs/protocol.md §14.1). */
 export type ChainProblem = 'LOGIN' | 'INDEX' | 'PREV_HASH' | 'TIME';
 
-function checkU64(v: number): void {
-  if (!Number.isSafeInteger(v) || v < 0) throw new ContainerError('BAD_INTEGER');
-}
-
 function checkFields(f: BlockFields): void {
   if (!LOGIN_RE.test(f.login)) throw new ContainerError('BAD_LOGIN');
-  checkU64(f.index);
+  u64(f.index);
   if (!(f.prevHash instanceof Uint8Array) || f.prevHash.length !== HASH_LENGTH) throw new ContainerError('BAD_HASH');
-  checkU64(f.timeMs);
+  u64(f.timeMs);
   if (!Number.isInteger(f.kind) || f.kind < 1 || f.kind > MAX_KIND) throw new ContainerError('BAD_KIND');
   if (f.body.length > MAX_BLOCK_BODY) throw new ContainerError('BODY_TOO_LARGE');
 }
@@ -85,62 +80,23 @@ export function encodeUnsignedBlock(f: BlockFields): Uint8Array {
 
 /** Encodes and signs with the owner's 32-byte Ed25519 seed. */
 export function encodeSignedBlock(f: BlockFields, signSeed: Uint8Array): Block {
-  const unsigned = encodeUnsignedBlock(f);
-  const signature = signEd25519(unsigned, signSeed);
-  const bytes = concatBytes([unsigned, signature]);
-  return { ...f, prevHash: f.prevHash.slice(), body: f.body.slice(), signature, bytes, signedLength: unsigned.length };
+  const signed = appendSignature(encodeUnsignedBlock(f), signSeed);
+  return { ...f, prevHash: f.prevHash.slice(), body: f.body.slice(), ...signed };
 }
 
 /** Decodes strictly; throws ContainerError (and nothing else) for any malformed input. */
 export function decodeBlock(bytes: Uint8Array): Block {
-  if (!(bytes instanceof Uint8Array)) throw new ContainerError('TRUNCATED');
-  if (bytes.length > MAX_BLOCK) throw new ContainerError('TOO_LARGE');
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let o = 0;
-  const need = (n: number): void => {
-    if (o + n > bytes.length) throw new ContainerError('TRUNCATED');
-  };
-  need(BLOCK_MAGIC.length);
-  for (let i = 0; i < BLOCK_MAGIC.length; i++) if (bytes[i] !== BLOCK_MAGIC[i]) throw new ContainerError('BAD_MAGIC');
-  o = BLOCK_MAGIC.length;
-  need(1);
-  if (bytes[o++] !== BLOCK_FORMAT_VERSION) throw new ContainerError('BAD_VERSION');
-  need(1);
-  const loginLength = bytes[o++]!;
-  need(loginLength);
-  let login = '';
-  for (let i = 0; i < loginLength; i++) login += String.fromCharCode(bytes[o + i]!);
-  o += loginLength;
-  if (!LOGIN_RE.test(login)) throw new ContainerError('BAD_LOGIN');
-  const readU64 = (): number => {
-    need(8);
-    const v = view.getBigUint64(o);
-    o += 8;
-    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new ContainerError('BAD_INTEGER');
-    return Number(v);
-  };
-  const index = readU64();
-  need(HASH_LENGTH);
-  const prevHash = bytes.subarray(o, o + HASH_LENGTH);
-  o += HASH_LENGTH;
-  const timeMs = readU64();
-  need(2);
-  const kind = view.getUint16(o);
-  o += 2;
+  const r = new StrictReader(bytes);
+  r.magic(BLOCK_MAGIC);
+  if (r.u8() !== BLOCK_FORMAT_VERSION) throw new ContainerError('BAD_VERSION');
+  const login = r.login();
+  const index = r.u64();
+  const prevHash = r.take(HASH_LENGTH);
+  const timeMs = r.u64();
+  const kind = r.u16();
   if (kind === 0) throw new ContainerError('BAD_KIND');
-  need(4);
-  const bodyLength = view.getUint32(o);
-  o += 4;
-  if (bodyLength > MAX_BLOCK_BODY) throw new ContainerError('BODY_TOO_LARGE');
-  need(bodyLength);
-  const body = bytes.subarray(o, o + bodyLength);
-  o += bodyLength;
-  const signedLength = o;
-  need(SIGNATURE_LENGTH);
-  const signature = bytes.subarray(o, o + SIGNATURE_LENGTH);
-  o += SIGNATURE_LENGTH;
-  if (o !== bytes.length) throw new ContainerError('TRAILING_BYTES');
-  return { login, index, prevHash, timeMs, kind, body, signature, bytes, signedLength };
+  const body = r.body();
+  return { login, index, prevHash, timeMs, kind, body, bytes, ...r.signature() };
 }
 
 /** SHA-256 of the block's whole bytes, signature included: what the next block's prevHash holds. */
