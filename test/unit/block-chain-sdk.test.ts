@@ -8,6 +8,7 @@ import { bytesEqual, fromBase64, toBase64, toHex, utf8 } from '../../src/protoco
 import { ContainerError } from '../../src/protocol/container.js';
 import { ed25519PublicKey } from '../../src/protocol/ed25519.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
+import { VECTOR_SEED } from '../helpers/codec.js';
 
 const alice = createIdentity('alice');
 const bob = createIdentity('bob');
@@ -26,7 +27,7 @@ function chainOf(n: number): Block[] {
 
 describe('buildNextBlock', () => {
   it('reproduces both §14.1 test vectors from the §3 key', () => {
-    const signer = { login: 'alice', signSeed: Uint8Array.from({ length: 32 }, (_, i) => i + 1) };
+    const signer = { login: 'alice', signSeed: VECTOR_SEED };
     const genesis = buildNextBlock(signer, null, { kind: 1, body: utf8('genesis of alice'), timeMs: 1774700000123 });
     assert.equal(genesis.blockHash, '16f771f0edffd751be6949e030cddbca1f450b44606dda90ccf941ba977c0303');
     const second = buildNextBlock(signer, genesis.block, {

@@ -26,6 +26,7 @@ import type { SignatureVerifier } from '../../src/protocol/ed25519.js';
 import { ed25519PublicKey, nobleVerifier } from '../../src/protocol/ed25519.js';
 import { LOGIN_RE } from '../../src/protocol/login.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
+import { VECTOR_SEED, codecReason, tryCodec, withByte } from '../helpers/codec.js';
 
 // The genesis vector of docs/protocol.md §14.1, field by field (byte offsets on the right).
 const MAGIC = '5348694e455f424348'; //               0..8   "SHiNE_BCH"
@@ -45,32 +46,16 @@ const VECTOR = fromHex(VECTOR_HEX);
 /** A placeholder signature: the decoder checks structure only. */
 const NOSIG = '00'.repeat(64);
 
-const seed = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+const seed = VECTOR_SEED;
 const publicKey = ed25519PublicKey(seed);
 
-function reasonOf(input: Uint8Array): ContainerErrorReason | 'OK' {
-  try {
-    decodeBlock(input);
-    return 'OK';
-  } catch (e) {
-    assert.ok(e instanceof ContainerError, `expected a ContainerError, got ${String(e)}`);
-    return e.reason;
-  }
-}
+const reasonOf = (input: Uint8Array): ContainerErrorReason | 'OK' => codecReason(() => decodeBlock(input));
 
 function rejects(hex: string, reason: ContainerErrorReason): void {
   assert.equal(reasonOf(fromHex(hex)), reason);
 }
 
-function encodeFailure(f: BlockFields): ContainerErrorReason | 'OK' {
-  try {
-    encodeUnsignedBlock(f);
-    return 'OK';
-  } catch (e) {
-    assert.ok(e instanceof ContainerError, `expected a ContainerError, got ${String(e)}`);
-    return e.reason;
-  }
-}
+const encodeFailure = (f: BlockFields): ContainerErrorReason | 'OK' => codecReason(() => encodeUnsignedBlock(f));
 
 const genesisFields: BlockFields = {
   login: 'alice',
@@ -252,24 +237,11 @@ const signedArb = fc
   .tuple(fieldsArb(64), fc.uint8Array({ minLength: 32, maxLength: 32 }))
   .map(([fields, s]) => ({ b: encodeSignedBlock(fields, s), publicKey: ed25519PublicKey(s) }));
 
-function tryDecode(bytes: Uint8Array): Block | ContainerError {
-  try {
-    return decodeBlock(bytes);
-  } catch (e) {
-    if (e instanceof ContainerError) return e;
-    throw e;
-  }
-}
+const tryDecode = (bytes: Uint8Array): Block | ContainerError => tryCodec(() => decodeBlock(bytes));
 
 function accepted(bytes: Uint8Array, key: Uint8Array, verifier: SignatureVerifier): boolean {
   const b = tryDecode(bytes);
   return !(b instanceof ContainerError) && verifyBlock(b, key, verifier);
-}
-
-function withByte(bytes: Uint8Array, at: number, value: number): Uint8Array {
-  const out = bytes.slice();
-  out[at] = value;
-  return out;
 }
 
 describe('properties', () => {

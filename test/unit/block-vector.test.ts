@@ -12,6 +12,7 @@ import {
 } from '../../src/protocol/block.js';
 import { fromHex, fromUtf8, toHex, utf8 } from '../../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../../src/protocol/ed25519.js';
+import { VECTOR_SEED } from '../helpers/codec.js';
 
 const GENESIS_HEX = `
 5348694e455f4243480105616c6963650000000000000000000000000000000000000000000000000000000000
@@ -27,7 +28,7 @@ const SECOND_HEX = `
 8cf76873e3b2cbf408b406`;
 const SECOND_HASH = 'abb549c68845bd84b55d511c9f01986b6fe9b3f1f91d03e56b4cb3a1850b7d07';
 
-const seed = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+const seed = VECTOR_SEED;
 const publicKey = ed25519PublicKey(seed);
 
 describe('docs/protocol.md §14.1 test vectors', () => {
