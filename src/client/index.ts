@@ -2,9 +2,12 @@
 export * from './identity.js';
 export * from './e2e.js';
 export * from './pairs.js';
+export * from './chain.js';
 export * from './client.js';
 export type { UserProfile, ServerDescriptor } from '../protocol/identity.js';
 export type { Container, MessageType } from '../protocol/container.js';
+export type { Block, BlockFields, ChainProblem } from '../protocol/block.js';
+export { blockHash, decodeBlock, verifyBlock } from '../protocol/block.js';
 export type {
   DirectMessageEvent,
   DeliveryStateChangedEvent,

@@ -56,9 +56,11 @@ export type ContainerErrorReason =
   | 'BAD_MAGIC'
   | 'BAD_VERSION'
   | 'BAD_TYPE'
+  | 'BAD_KIND'
   | 'BAD_LOGIN'
   | 'SAME_LOGIN'
   | 'BAD_INTEGER'
+  | 'BAD_HASH'
   | 'BODY_TOO_LARGE'
   | 'BAD_BODY'
   | 'TRAILING_BYTES';
@@ -89,7 +91,7 @@ export function peerOf(c: Pick<ContainerFields, 'messageType' | 'fromLogin' | 't
 }
 
 /** A u64 field's value as a BigInt; only 0..2^53-1 round-trips through a JS number. */
-function u64(v: number): bigint {
+export function u64(v: number): bigint {
   if (!Number.isSafeInteger(v) || v < 0) throw new ContainerError('BAD_INTEGER');
   return BigInt(v);
 }
@@ -162,69 +164,127 @@ export function encodeUnsigned(f: ContainerFields): Uint8Array {
   return concatBytes([head, f.body]);
 }
 
+/** Signs encoded bytes with a 32-byte Ed25519 seed and appends the signature (containers and blocks alike). */
+export function appendSignature(
+  unsigned: Uint8Array,
+  signSeed: Uint8Array,
+): { signature: Uint8Array; bytes: Uint8Array; signedLength: number } {
+  const signature = signEd25519(unsigned, signSeed);
+  return { signature, bytes: concatBytes([unsigned, signature]), signedLength: unsigned.length };
+}
+
 /** Encodes and signs with the sender's 32-byte Ed25519 seed. */
 export function encodeSigned(f: ContainerFields, signSeed: Uint8Array): Container {
-  const unsigned = encodeUnsigned(f);
-  const signature = signEd25519(unsigned, signSeed);
-  const bytes = concatBytes([unsigned, signature]);
-  return { ...f, body: f.body.slice(), signature, bytes, signedLength: unsigned.length };
+  return { ...f, body: f.body.slice(), ...appendSignature(encodeUnsigned(f), signSeed) };
+}
+
+/**
+ * Strict reads in byte order over one signed input, for the container and the chain block: each failure is the
+ * ContainerError the decoding tables name (docs/protocol.md §3.3, §14.1).
+ */
+export class StrictReader {
+  offset = 0;
+  private readonly view: DataView;
+
+  /** Refuses what is not a Uint8Array (TRUNCATED) or is over MAX_CONTAINER bytes (TOO_LARGE), before parsing. */
+  constructor(readonly bytes: Uint8Array) {
+    if (!(bytes instanceof Uint8Array)) throw new ContainerError('TRUNCATED');
+    if (bytes.length > MAX_CONTAINER) throw new ContainerError('TOO_LARGE');
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  need(n: number): void {
+    if (this.offset + n > this.bytes.length) throw new ContainerError('TRUNCATED');
+  }
+
+  magic(expected: Uint8Array): void {
+    this.need(expected.length);
+    for (let i = 0; i < expected.length; i++) {
+      if (this.bytes[this.offset + i] !== expected[i]) throw new ContainerError('BAD_MAGIC');
+    }
+    this.offset += expected.length;
+  }
+
+  u8(): number {
+    this.need(1);
+    return this.bytes[this.offset++]!;
+  }
+
+  u16(): number {
+    this.need(2);
+    const v = this.view.getUint16(this.offset);
+    this.offset += 2;
+    return v;
+  }
+
+  u32(): number {
+    this.need(4);
+    const v = this.view.getUint32(this.offset);
+    this.offset += 4;
+    return v;
+  }
+
+  /** A u64 that must fit a JS number exactly (BAD_INTEGER above 2^53-1). */
+  u64(): number {
+    this.need(8);
+    const v = this.view.getBigUint64(this.offset);
+    this.offset += 8;
+    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new ContainerError('BAD_INTEGER');
+    return Number(v);
+  }
+
+  /** n bytes as a view into the input. */
+  take(n: number): Uint8Array {
+    this.need(n);
+    const out = this.bytes.subarray(this.offset, this.offset + n);
+    this.offset += n;
+    return out;
+  }
+
+  /** A u8 length and that many bytes, one character each, matching the login syntax (else BAD_LOGIN). */
+  login(): string {
+    const len = this.u8();
+    this.need(len);
+    let s = '';
+    for (let i = 0; i < len; i++) s += String.fromCharCode(this.bytes[this.offset + i]!);
+    this.offset += len;
+    if (!LOGIN_RE.test(s)) throw new ContainerError('BAD_LOGIN');
+    return s;
+  }
+
+  /** A bodyLength (BODY_TOO_LARGE over MAX_BODY, before looking for the body) and the body. */
+  body(): Uint8Array {
+    const length = this.u32();
+    if (length > MAX_BODY) throw new ContainerError('BODY_TOO_LARGE');
+    return this.take(length);
+  }
+
+  /** The 64-byte signature that must end the input (TRAILING_BYTES otherwise), and the length it covers. */
+  signature(): { signature: Uint8Array; signedLength: number } {
+    const signedLength = this.offset;
+    const signature = this.take(SIGNATURE_LENGTH);
+    if (this.offset !== this.bytes.length) throw new ContainerError('TRAILING_BYTES');
+    return { signature, signedLength };
+  }
 }
 
 /** Decodes strictly; throws ContainerError (and nothing else) for any malformed input. */
 export function decodeContainer(bytes: Uint8Array): Container {
-  if (!(bytes instanceof Uint8Array)) throw new ContainerError('TRUNCATED');
-  if (bytes.length > MAX_CONTAINER) throw new ContainerError('TOO_LARGE');
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let o = 0;
-  const need = (n: number): void => {
-    if (o + n > bytes.length) throw new ContainerError('TRUNCATED');
-  };
-  need(8);
-  for (let i = 0; i < 8; i++) if (bytes[i] !== MAGIC[i]) throw new ContainerError('BAD_MAGIC');
-  o = 8;
-  need(2);
-  if (bytes[o++] !== FORMAT_VERSION) throw new ContainerError('BAD_VERSION');
-  const messageType = bytes[o++]!;
+  const r = new StrictReader(bytes);
+  r.magic(MAGIC);
+  r.need(2);
+  if (r.u8() !== FORMAT_VERSION) throw new ContainerError('BAD_VERSION');
+  const messageType = r.u8();
   if (messageType < 1 || messageType > 8) throw new ContainerError('BAD_TYPE');
-  const readLogin = (): string => {
-    need(1);
-    const len = bytes[o++]!;
-    need(len);
-    let s = '';
-    for (let i = 0; i < len; i++) s += String.fromCharCode(bytes[o + i]!);
-    o += len;
-    if (!LOGIN_RE.test(s)) throw new ContainerError('BAD_LOGIN');
-    return s;
-  };
-  const fromLogin = readLogin();
-  const toLogin = readLogin();
+  const fromLogin = r.login();
+  const toLogin = r.login();
   if (fromLogin === toLogin) throw new ContainerError('SAME_LOGIN');
-  const readU64 = (): number => {
-    need(8);
-    const v = view.getBigUint64(o);
-    o += 8;
-    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new ContainerError('BAD_INTEGER');
-    return Number(v);
-  };
-  const timeMs = readU64();
-  need(4);
-  const nonce = view.getUint32(o);
-  o += 4;
-  const revisionTimeMs = readU64();
-  const reencryptedAtMs = readU64();
-  need(4);
-  const bodyLength = view.getUint32(o);
-  o += 4;
-  if (bodyLength > MAX_BODY) throw new ContainerError('BODY_TOO_LARGE');
-  need(bodyLength);
-  const body = bytes.subarray(o, o + bodyLength);
-  o += bodyLength;
+  const timeMs = r.u64();
+  const nonce = r.u32();
+  const revisionTimeMs = r.u64();
+  const reencryptedAtMs = r.u64();
+  const body = r.body();
   checkBody(messageType, body);
-  const signedLength = o;
-  need(SIGNATURE_LENGTH);
-  const signature = bytes.subarray(o, o + SIGNATURE_LENGTH);
-  o += SIGNATURE_LENGTH;
-  if (o !== bytes.length) throw new ContainerError('TRAILING_BYTES');
   return {
     messageType: messageType as MessageType,
     fromLogin,
@@ -234,9 +294,8 @@ export function decodeContainer(bytes: Uint8Array): Container {
     revisionTimeMs,
     reencryptedAtMs,
     body,
-    signature,
     bytes,
-    signedLength,
+    ...r.signature(),
   };
 }
 

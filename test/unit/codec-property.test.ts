@@ -30,12 +30,13 @@ import type { SignatureVerifier } from '../../src/protocol/ed25519.js';
 import { ed25519PublicKey, nobleVerifier } from '../../src/protocol/ed25519.js';
 import { LOGIN_RE } from '../../src/protocol/login.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
+import { VECTOR_SEED, tryCodec, withByte } from '../helpers/codec.js';
 
 const VECTOR = fromHex(`
 5348694e455f444d010105616c69636503626f620000019d345cf37b075bcd150000000000000000000000000000
 000000000012636970686572746578742d666f722d626f620ce048e4036c10969647bb2e27c736c51d73dc2a829f
 f55a6139d0121eb6b61c6f0e9e5dba942219d30e8e36f5aca7d52256664b8517d590647e88197cdef70e`);
-const VECTOR_KEY = ed25519PublicKey(Uint8Array.from({ length: 32 }, (_, i) => i + 1));
+const VECTOR_KEY = ed25519PublicKey(VECTOR_SEED);
 
 // ---- arbitraries ----
 
@@ -95,24 +96,11 @@ const signedArb = fc
 // ---- helpers ----
 
 /** Decodes; any throw other than ContainerError fails the test. */
-function tryDecode(bytes: Uint8Array): Container | ContainerError {
-  try {
-    return decodeContainer(bytes);
-  } catch (e) {
-    if (e instanceof ContainerError) return e;
-    throw e;
-  }
-}
+const tryDecode = (bytes: Uint8Array): Container | ContainerError => tryCodec(() => decodeContainer(bytes));
 
 function accepted(bytes: Uint8Array, publicKey: Uint8Array, verifier: SignatureVerifier): boolean {
   const c = tryDecode(bytes);
   return !(c instanceof ContainerError) && verifyContainer(c, publicKey, verifier);
-}
-
-function withByte(bytes: Uint8Array, at: number, value: number): Uint8Array {
-  const out = bytes.slice();
-  out[at] = value;
-  return out;
 }
 
 function describeChange(at: number, from: number, to: number): string {

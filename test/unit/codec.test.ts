@@ -31,6 +31,7 @@ import {
   verifyContainer,
 } from '../../src/protocol/container.js';
 import { ed25519PublicKey } from '../../src/protocol/ed25519.js';
+import { VECTOR_SEED, codecReason } from '../helpers/codec.js';
 
 // The docs/protocol.md §3 vector, field by field (byte offsets on the right).
 const MAGIC = '5348694e455f444d'; //                0..7   "SHiNE_DM"
@@ -50,18 +51,10 @@ const VECTOR = MAGIC + V1 + T1 + ALICE + BOB + TIME + NONCE + U64_0 + U64_0 + LE
 /** A placeholder signature: the decoder checks structure only, so bad bodies surface before it matters. */
 const NOSIG = '00'.repeat(64);
 
-const seed = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+const seed = VECTOR_SEED;
 const publicKey = ed25519PublicKey(seed);
 
-function reasonOf(input: Uint8Array): ContainerErrorReason | 'OK' {
-  try {
-    decodeContainer(input);
-    return 'OK';
-  } catch (e) {
-    assert.ok(e instanceof ContainerError, `expected a ContainerError, got ${String(e)}`);
-    return e.reason;
-  }
-}
+const reasonOf = (input: Uint8Array): ContainerErrorReason | 'OK' => codecReason(() => decodeContainer(input));
 
 function rejects(hex: string, reason: ContainerErrorReason): void {
   assert.equal(reasonOf(fromHex(hex)), reason);
@@ -72,15 +65,7 @@ function withBody(type: string, lenHex: string, bodyHex: string): string {
   return MAGIC + V1 + type + ALICE + BOB + TIME + NONCE + U64_0 + U64_0 + lenHex + bodyHex + NOSIG;
 }
 
-function encodeFailure(f: ContainerFields): ContainerErrorReason | 'OK' {
-  try {
-    encodeUnsigned(f);
-    return 'OK';
-  } catch (e) {
-    assert.ok(e instanceof ContainerError, `expected a ContainerError, got ${String(e)}`);
-    return e.reason;
-  }
-}
+const encodeFailure = (f: ContainerFields): ContainerErrorReason | 'OK' => codecReason(() => encodeUnsigned(f));
 
 const text: ContainerFields = {
   messageType: 1,
