@@ -3,7 +3,9 @@ export * from './identity.js';
 export * from './e2e.js';
 export * from './pairs.js';
 export * from './client.js';
+export * from './proofs.js';
 export type { UserProfile, ServerDescriptor } from '../protocol/identity.js';
+export type { DeliveryReceipt } from '../protocol/receipt.js';
 export type { Container, MessageType } from '../protocol/container.js';
 export type {
   DirectMessageEvent,

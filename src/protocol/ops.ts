@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { DEVICE_ID_RE, LOGIN_RE } from './login.js';
+import type { DeliveryReceipt } from './receipt.js';
 
 const login = z.string().regex(LOGIN_RE);
 const b64 = z.string().max(4 * 1024 * 1024);
@@ -16,6 +17,25 @@ const profile = z.object({
   accessServers: z.array(z.string()),
   version: z.number(),
   updatedAtMs: z.number(),
+  signatureB64: z.string(),
+});
+
+/** A server's signed descriptor (docs/protocol.md §4.3). */
+const descriptor = z.object({
+  serverLogin: z.string(),
+  wsUrl: z.string(),
+  signKeyB64: z.string(),
+  signatureB64: z.string(),
+});
+
+/** A delivery receipt (docs/protocol.md §13.1); src/protocol/receipt.ts checks its shape and signature. */
+const deliveryReceipt = z.object({
+  serverLogin: z.string(),
+  messageKey: z.string(),
+  revisionTimeMs: z.number(),
+  reencryptedAtMs: z.number(),
+  storedAtMs: z.number(),
+  containerSha256B64: z.string(),
   signatureB64: z.string(),
 });
 
@@ -49,6 +69,7 @@ export const opSchemas = {
   AuthLogin: z.object({ login: z.string(), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ login: z.string().min(1).max(64) }),
+  GetServerDescriptor: z.object({ serverLogin: login }),
   SendMessagePair: pair,
   DeleteMessage: pair,
   DeleteConversation: pair,
@@ -147,6 +168,8 @@ const historyItem = copyFields.extend({
   readAtMs: num.nullable(),
   deliveryState: deliveryState.nullable(),
   blobB64: z.string(),
+  /** Type 2 items whose pair was delivered: the recipient server's receipt (docs/protocol.md §13.1). */
+  deliveryProof: deliveryReceipt.nullable().optional(),
 });
 export type HistoryItem = z.infer<typeof historyItem>;
 
@@ -159,6 +182,7 @@ export const opAnswerSchemas = {
   AuthLogin: z.object({ login: z.string(), deviceId: z.string(), sessionId: z.string() }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ profile }),
+  GetServerDescriptor: z.object({ descriptor }),
   SendMessagePair: pairAnswer,
   DeleteMessage: pairAnswer,
   DeleteConversation: pairAnswer,
@@ -253,6 +277,8 @@ export interface DeliveryStateChangedEvent {
   baseKey: string;
   outgoingKey: string;
   deliveryState: DeliveryState;
+  /** With `delivered`: the recipient server's receipt (docs/protocol.md §13.1). */
+  deliveryProof?: DeliveryReceipt | null;
 }
 
 /** What one replication cycle did: the answer of POST /admin/sync (docs/protocol.md §8). */
