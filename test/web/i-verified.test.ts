@@ -63,7 +63,7 @@ browserSuite('web client (i)', (browser) => {
       assert.doesNotMatch((await read.getAttribute('class')) ?? '', /\bunverified\b/);
       assert.match(
         await explanation(alice, 'Proof please', 'Read, verified'),
-        /^Read by bob at \d\d:\d\d, signed by bob\. Delivered, but no proof from bob's server could be checked: no proof came with it$/,
+        /^Read by bob at [^,]+, signed by bob\. Delivered, but no proof from bob's server could be checked: no proof came with it$/,
       );
       await read.click();
       await shot(alice, 'alice-read-verified');
@@ -74,7 +74,7 @@ browserSuite('web client (i)', (browser) => {
       await waitForTick(alice, 'Proof please', 'read');
       assert.match(
         await explanation(alice, 'Proof please', 'Read, not verified'),
-        /^Read by bob at \d\d:\d\d, not signed: the server reports it; bob's signed receipt has not reached this device\. /,
+        /^Read by bob at [^,]+, not signed: the server reports it; bob's signed receipt has not reached this device\. /,
       );
       // The contract's accessible text of the tick is still there, exactly.
       assert.equal(await messageWith(alice, 'Proof please').getByText('Read', { exact: true }).count(), 1);

@@ -254,12 +254,12 @@ function Ticks(props: {
       type="button"
       class={`ticks ${tick} ${verified ? 'verified' : 'unverified'}`}
       title={explanation}
+      aria-label={`${TICK_TEXT[tick]}, ${verified ? 'verified' : 'not verified'}`}
       aria-expanded={props.expanded}
       onClick={props.onToggle}
     >
       {icon}
       <span class="sr-only">{TICK_TEXT[tick]}</span>
-      <span class="sr-only">, {verified ? 'verified' : 'not verified'}</span>
     </button>
   );
 }
