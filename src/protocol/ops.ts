@@ -20,25 +20,6 @@ const profile = z.object({
   signatureB64: z.string(),
 });
 
-/** A server's signed descriptor (docs/protocol.md §4.3). */
-const descriptor = z.object({
-  serverLogin: z.string(),
-  wsUrl: z.string(),
-  signKeyB64: z.string(),
-  signatureB64: z.string(),
-});
-
-/** A delivery receipt (docs/protocol.md §13.1); src/protocol/receipt.ts checks its shape and signature. */
-const deliveryReceipt = z.object({
-  serverLogin: z.string(),
-  messageKey: z.string(),
-  revisionTimeMs: z.number(),
-  reencryptedAtMs: z.number(),
-  storedAtMs: z.number(),
-  containerSha256B64: z.string(),
-  signatureB64: z.string(),
-});
-
 /** Pair ops take possibly-empty strings here: emptiness is reported as BAD_FIELDS by the pair check. */
 const pair = z.object({ incomingBlobB64: z.string().optional(), outgoingBlobB64: z.string().optional() });
 
@@ -69,7 +50,6 @@ export const opSchemas = {
   AuthLogin: z.object({ login: z.string(), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ login: z.string().min(1).max(64) }),
-  GetServerDescriptor: z.object({ serverLogin: login }),
   SendMessagePair: pair,
   DeleteMessage: pair,
   DeleteConversation: pair,
@@ -110,6 +90,8 @@ export const opSchemas = {
     sourceServerLogin: z.string().max(64).optional(),
   }),
   ReceiveOutcomingMessage: pair.extend({ sourceServerLogin: z.string().max(64).optional() }),
+  // Delivery proofs (docs/protocol.md §13.1): any socket, like GetUserProfile.
+  GetServerDescriptor: z.object({ serverLogin: z.string().min(1).max(64) }),
   GetDmDeliveryStatus: z.object({
     messageKey: z.string().max(256).optional(),
     messageKeys: z.array(z.string().max(256)).max(500).optional(),
@@ -163,17 +145,38 @@ const copyFields = z.object({
 });
 export type CopyFields = z.infer<typeof copyFields>;
 
+/**
+ * A delivery receipt as clients get it (docs/protocol.md §13.1; src/protocol/receipt.ts checks and
+ * verifies it). Server ops carry receipts as `unknown` instead: a malformed one from a peer is that
+ * server's BAD_RECEIPT, not a failed call.
+ */
+const deliveryReceipt = z.object({
+  serverLogin: z.string(),
+  messageKey: z.string(),
+  revisionTimeMs: num,
+  reencryptedAtMs: num,
+  storedAtMs: num,
+  containerSha256B64: z.string(),
+  signatureB64: z.string(),
+});
+
 const historyItem = copyFields.extend({
   createdAtMs: num,
   readAtMs: num.nullable(),
   deliveryState: deliveryState.nullable(),
+  /** Type 2 only, when its revision is delivered and the delivery is proven (docs/protocol.md §13.1). */
+  deliveryProof: deliveryReceipt.optional(),
   blobB64: z.string(),
-  /** Type 2 items whose pair was delivered: the recipient server's receipt (docs/protocol.md §13.1). */
-  deliveryProof: deliveryReceipt.nullable().optional(),
 });
 export type HistoryItem = z.infer<typeof historyItem>;
 
-const deliveryStatusItem = z.object({ messageKey: z.string(), known: z.boolean(), delivered: z.boolean() });
+/** `proof`: the delivery receipt of a delivered pair (docs/protocol.md §13.1); absent from older servers. */
+const deliveryStatusItem = z.object({
+  messageKey: z.string(),
+  known: z.boolean(),
+  delivered: z.boolean(),
+  proof: z.unknown().optional(),
+});
 export type DeliveryStatusItem = z.infer<typeof deliveryStatusItem>;
 
 /** The answer schema of every op, by the same names as opSchemas (a missing one fails the typecheck). */
@@ -182,7 +185,14 @@ export const opAnswerSchemas = {
   AuthLogin: z.object({ login: z.string(), deviceId: z.string(), sessionId: z.string() }),
   RegisterUser: z.object({ profile }),
   GetUserProfile: z.object({ profile }),
-  GetServerDescriptor: z.object({ descriptor }),
+  GetServerDescriptor: z.object({
+    descriptor: z.object({
+      serverLogin: z.string(),
+      wsUrl: z.string(),
+      signKeyB64: z.string(),
+      signatureB64: z.string(),
+    }),
+  }),
   SendMessagePair: pairAnswer,
   DeleteMessage: pairAnswer,
   DeleteConversation: pairAnswer,
@@ -211,6 +221,8 @@ export const opAnswerSchemas = {
     baseKey: z.string(),
     deliveredWsSessions: num,
     deliveredWebPushSessions: num,
+    /** The signed receipt of the copy as stored (docs/protocol.md §13.1); absent from older servers. */
+    receipt: z.unknown().optional(),
   }),
   ReceiveOutcomingMessage: pairAnswer,
   // One key asked (messageKey): its item; several (messageKeys): all of them.
@@ -277,8 +289,8 @@ export interface DeliveryStateChangedEvent {
   baseKey: string;
   outgoingKey: string;
   deliveryState: DeliveryState;
-  /** With `delivered`: the recipient server's receipt (docs/protocol.md §13.1). */
-  deliveryProof?: DeliveryReceipt | null;
+  /** With `delivered`, when the delivery is proven (docs/protocol.md §13.1). */
+  deliveryProof?: DeliveryReceipt;
 }
 
 /** What one replication cycle did: the answer of POST /admin/sync (docs/protocol.md §8). */
