@@ -45,6 +45,19 @@ const syncBatch = z.object({
   sourceServerLogin: z.string().max(64).optional(),
 });
 
+/** Anti-entropy limits (docs/protocol.md §7): buckets per DmDigest, keys per DmKeys answer, keys per DmFetch. */
+export const MAX_DIGEST_BUCKETS = 4096;
+export const MAX_KEYS_ITEMS = 1000;
+export const MAX_FETCH_KEYS = 200;
+
+/** An owner's half-open range of message times, [fromTimeMs, toTimeMs), as the anti-entropy ops take it. */
+const timeRange = z.object({
+  ownerLogin: z.string().max(64).optional(),
+  fromTimeMs: ms,
+  toTimeMs: ms,
+  sourceServerLogin: z.string().max(64).optional(),
+});
+
 export const opSchemas = {
   AuthChallenge: z.object({}),
   AuthLogin: z.object({ login: z.string(), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
@@ -106,6 +119,13 @@ export const opSchemas = {
   UserSettingsSyncBatch: syncBatch.extend({ afterKey: z.string().max(128).optional() }),
   MarkAllUserSettingsUnsynced: z.object({
     ownerLogin: z.string().max(64).optional(),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
+  DmDigest: timeRange.extend({ buckets: z.number().int().min(1).max(MAX_DIGEST_BUCKETS) }),
+  DmKeys: timeRange,
+  DmFetch: z.object({
+    ownerLogin: z.string().max(64).optional(),
+    messageKeys: z.array(z.string().max(256)).max(MAX_FETCH_KEYS),
     sourceServerLogin: z.string().max(64).optional(),
   }),
 } as const;
@@ -246,6 +266,16 @@ export const opAnswerSchemas = {
     nextKey: z.string(),
   }),
   MarkAllUserSettingsUnsynced: z.object({ updated: num, dmUpdated: num }),
+  DmDigest: z.object({
+    items: z.array(z.object({ fromTimeMs: num, toTimeMs: num, count: num, xorSha256B64: z.string() })),
+  }),
+  DmKeys: z.object({
+    items: z.array(z.object({ messageKey: z.string(), revisionTimeMs: num, reencryptedAtMs: num })),
+    hasMore: z.boolean().optional(),
+  }),
+  DmFetch: z.object({
+    items: z.array(z.object({ messageKey: z.string(), blobB64: z.string(), storedAtMs: num.optional() })),
+  }),
 } as const satisfies { [K in OpName]: z.ZodType };
 
 export type OpAnswer<K extends OpName> = z.infer<(typeof opAnswerSchemas)[K]>;
@@ -299,6 +329,8 @@ export interface SyncCycleSummary {
   users: number;
   dmRows: number;
   settingsRows: number;
+  /** Copies anti-entropy fetched after the pulls (docs/protocol.md §7). */
+  repairedCopies: number;
   errors: number;
   durationMs: number;
 }

@@ -16,6 +16,9 @@ import {
 } from '../../src/protocol/container.js';
 import { toBase64 } from '../../src/protocol/bytes.js';
 import { checkDatabase } from '../../src/server/check/service.js';
+import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
+import { copyDigest, xorInto } from '../../src/server/store/rules.js';
+import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
 import type { Store, StorePairInput } from '../../src/server/store/types.js';
 import type { PairSpec } from './containers.js';
@@ -328,6 +331,105 @@ export function storeContract(factory: StoreFactory): void {
       assert.deepEqual(await store.replication.markUnsynced('alice'), { updated: 0, dmUpdated: 3 });
       assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 0, unsynced: 5 });
       assert.deepEqual(await store.replication.markUnsynced(null), { updated: 0, dmUpdated: 5 });
+    });
+
+    it('anti-entropy reads: digests by message time, keys of a range, rows by key; an edit changes its digest', async () => {
+      const store = await fresh();
+      for (let i = 0; i < 6; i++) await putPair(store, { from: 'alice', to: 'bob', timeMs: T0 + i * 10, nonce: i });
+      const ranges = [
+        { fromTimeMs: T0, toTimeMs: T0 + 25 },
+        { fromTimeMs: T0 + 25, toTimeMs: T0 + 60 },
+        { fromTimeMs: T0 + 60, toTimeMs: T0 + 100 },
+      ];
+      // The expected digest of a range: the xor over its copies, computed here from the keys.
+      const expected = (owner: 'alice' | 'bob', times: number[], revision = (_t: number) => 0) => {
+        const xor = new Uint8Array(32);
+        for (const t of times) {
+          const pair = testPair({ from: 'alice', to: 'bob', timeMs: t, nonce: (t - T0) / 10 });
+          const keys =
+            owner === 'alice'
+              ? [messageKeyOf(pair.incoming), messageKeyOf(pair.outgoing)]
+              : [messageKeyOf(pair.incoming)];
+          for (const k of keys) xorInto(xor, copyDigest(k, revision(t), 0));
+        }
+        return xor;
+      };
+      const alice = await store.replication.dmDigest('alice', ranges);
+      assert.deepEqual(
+        alice.map((b) => b.count),
+        [6, 6, 0],
+      );
+      assert.deepEqual(alice[0]!.xor, expected('alice', [T0, T0 + 10, T0 + 20]));
+      assert.deepEqual(alice[1]!.xor, expected('alice', [T0 + 30, T0 + 40, T0 + 50]));
+      assert.deepEqual(alice[2]!.xor, new Uint8Array(32));
+      const bob = await store.replication.dmDigest('bob', ranges);
+      assert.deepEqual(
+        bob.map((b) => b.count),
+        [3, 3, 0],
+      );
+      assert.deepEqual(bob[1]!.xor, expected('bob', [T0 + 30, T0 + 40, T0 + 50]));
+      // An edit changes its range's digest.
+      await putPair(
+        store,
+        { from: 'alice', to: 'bob', timeMs: T0 + 30, nonce: 3, revisionTimeMs: 7 },
+        { nowMs: T0 + 99 },
+      );
+      const edited = await store.replication.dmDigest('alice', ranges.slice(1, 2));
+      assert.deepEqual(
+        edited[0]!.xor,
+        expected('alice', [T0 + 30, T0 + 40, T0 + 50], (t) => (t === T0 + 30 ? 7 : 0)),
+      );
+      // Keys of a range, in time order, with the rows' syncIds and copy counts; a limit cuts the list.
+      const keys = await store.replication.dmKeys('alice', ranges[1]!, 10);
+      assert.deepEqual(
+        keys.map((k) => [Number(k.primaryMessageKey.split('|')[2]), k.copies, k.syncId.split(':')[1]]),
+        [
+          [T0 + 30, 2, '7'],
+          [T0 + 40, 2, '0'],
+          [T0 + 50, 2, '0'],
+        ],
+      );
+      assert.equal((await store.replication.dmKeys('alice', ranges[1]!, 2)).length, 2);
+      assert.deepEqual(await store.replication.dmKeys('alice', ranges[2]!, 10), []);
+      // Rows by key, with both blobs of a pair; unknown keys and other owners' rows are absent.
+      const rows = await store.replication.dmRows('alice', [keys[0]!.primaryMessageKey, 'nobody|x|1|1|2']);
+      assert.equal(rows.length, 1);
+      assert.equal(rows[0]!.blobs.length, 2);
+      assert.deepEqual(await store.replication.dmRows('bob', [keys[0]!.primaryMessageKey]), []);
+      // A whole-range digest equals the xor of its parts.
+      const whole = await store.replication.dmDigest('alice', [{ fromTimeMs: 0, toTimeMs: T0 * 2 }]);
+      const parts = await store.replication.dmDigest('alice', ranges);
+      const xor = new Uint8Array(32);
+      for (const b of parts) xorInto(xor, b.xor);
+      assert.deepEqual(whole[0]!.xor, xor);
+      assert.equal(whole[0]!.count, 12);
+    });
+
+    it('the anti-entropy migration fills the digest columns of rows written before it', async () => {
+      const store = await fresh();
+      for (let i = 0; i < 3; i++) await putPair(store, { from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i });
+      const all = [{ fromTimeMs: 0, toTimeMs: T0 * 2 }];
+      const before = await store.replication.dmDigest('alice', all);
+      assert.equal(before[0]!.count, 6);
+      // A database from before the migration (it is the last one): its columns and index gone, its version back.
+      const sqlite = factory.dialect === 'sqlite';
+      const version = (sqlite ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS).length - 1;
+      const undo = sqlite
+        ? [
+            'DROP INDEX dm_sync_outbox_digest',
+            ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
+            `PRAGMA user_version = ${version}`,
+          ]
+        : [
+            'ALTER TABLE dm_sync_outbox DROP COLUMN time_ms, DROP COLUMN copies, DROP COLUMN digest',
+            `DELETE FROM schema_migrations WHERE version > ${version}`,
+          ];
+      for (const sql of undo) await factory.query(store, sql);
+      // A read through the store first: SQLite reloads a connection's schema when a statement finds it changed.
+      assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 0, unsynced: 3 });
+      await store.migrate();
+      assert.deepEqual(await store.replication.dmDigest('alice', all), before);
+      assert.equal((await store.replication.dmKeys('alice', all[0]!, 10)).length, 3);
     });
 
     it('settings: last writer wins by time, ties by value bytes; the settings outbox', async () => {

@@ -11,6 +11,8 @@ import { describe, it } from 'node:test';
 import { WebSocketServer } from 'ws';
 import { toBase64 } from '../../src/protocol/bytes.js';
 import { createLogger } from '../../src/server/log.js';
+import { splitRange } from '../../src/server/replication/anti-entropy.js';
+import type { TimeRange } from '../../src/server/store/types.js';
 import { fakeServer } from '../helpers/federation.js';
 import { startNetwork } from '../helpers/network.js';
 import { metricValue, replicationServer, syncNow } from '../helpers/replication.js';
@@ -56,6 +58,12 @@ async function startHostilePeer(scripts: Record<string, Script>) {
       if (req.op === 'ServerAuth') return reply({ serverLogin: 'alpha1', targetServerLogin: p.serverLogin });
       if (req.op === 'DmSyncBatch')
         return reply({ ownerLogin: owner, items: [], hasMore: false, nextStoredAtMs: 0, nextMessageKey: '' });
+      // Anti-entropy after the pulls: it holds no message, so every bucket is empty.
+      if (req.op === 'DmDigest') {
+        const empty = { count: 0, xorSha256B64: toBase64(new Uint8Array(32)) };
+        const ranges = splitRange(p as unknown as TimeRange, Number(p.buckets));
+        return reply({ items: ranges.map((r) => ({ ...r, ...empty })) });
+      }
       if (req.op !== 'UserSettingsSyncBatch') return reply({});
       requests.set(owner, (requests.get(owner) ?? 0) + 1);
       const done = acked.get(owner) ?? new Set<string>();

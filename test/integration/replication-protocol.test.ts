@@ -397,7 +397,7 @@ describe('replication protocol', () => {
     assert.match(
       ok.stdout,
       new RegExp(
-        `^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); 0 error\\(s\\)\n$`,
+        `^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); repaired 0 copy\\(ies\\); 0 error\\(s\\)\n$`,
       ),
     );
     const json = await cli(['sync', '--server', srv(A2).wsUrl, '--json'], { SHINE_ADMIN_TOKEN: ADMIN_TOKEN });
@@ -407,6 +407,7 @@ describe('replication protocol', () => {
       'durationMs',
       'errors',
       'peers',
+      'repairedCopies',
       'settingsRows',
       'users',
     ]);

@@ -85,6 +85,7 @@ describe('replication cycle under the server-wide lock', () => {
         users: 0,
         dmRows: 0,
         settingsRows: 0,
+        repairedCopies: 0,
         errors: 0,
         durationMs: 0,
       },

@@ -16,7 +16,7 @@ import {
   verifyContainer,
 } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
-import { copyChanged } from '../store/rules.js';
+import { copyChanged, outboxRow } from '../store/rules.js';
 import type { Store } from '../store/types.js';
 
 /** Copies read per page. */
@@ -289,12 +289,14 @@ async function rewriteOutbox(deps: CheckDeps, owner: string, key: string): Promi
     if (partner?.revisionTimeMs === copy.revisionTimeMs && partner.reencryptedAtMs === copy.reencryptedAtMs)
       blobs.unshift(partner.blob);
   }
-  return deps.store.check.rewriteOutbox({
-    owner,
-    primaryMessageKey: key,
-    syncId: syncIdOf(key, copy.revisionTimeMs, copy.reencryptedAtMs),
-    storedAtMs: deps.nowMs(),
-    blobs,
-    synced: false,
-  });
+  return deps.store.check.rewriteOutbox(
+    outboxRow({
+      owner,
+      primaryMessageKey: key,
+      syncId: syncIdOf(key, copy.revisionTimeMs, copy.reencryptedAtMs),
+      storedAtMs: deps.nowMs(),
+      blobs,
+      synced: false,
+    }),
+  );
 }

@@ -22,6 +22,8 @@ import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
 import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
+import type { RepairStats, SyncItem } from './anti-entropy.js';
+import { addRepairStats, AntiEntropy, emptyRepairStats } from './anti-entropy.js';
 
 export interface ReplicationDeps {
   config: Config;
@@ -103,8 +105,19 @@ export class ReplicationService {
   private readonly cycles: Counter;
   /** The last finished cycle, for logs and /metrics. */
   lastCycle: (SyncCycleSummary & { finishedAtMs: number }) | null = null;
+  /** DmDigest, DmKeys, DmFetch and the repair that runs after each owner's pull (docs/protocol.md §7). */
+  readonly antiEntropy: AntiEntropy;
 
   constructor(private readonly deps: ReplicationDeps) {
+    this.antiEntropy = new AntiEntropy({
+      clock: deps.clock,
+      store: deps.store,
+      peers: deps.peers,
+      log: deps.log,
+      metrics: deps.metrics,
+      checkPeer: (p, s) => this.checkPeer(p, s),
+      storeRows: (peer, owner, items) => this.storeRows(peer, owner, items),
+    });
     const m = deps.metrics;
     this.pulled = m.counter('sync_rows_pulled_total', 'Rows stored by catch-up sync, by kind');
     this.syncErrors = m.counter('sync_errors_total', 'Failed sync exchanges with a peer server');
@@ -155,7 +168,10 @@ export class ReplicationService {
   // ---- server side ----
 
   /** Checks common to the sync ops: the caller is the owner's other access server (docs/protocol.md §7). */
-  private async checkPeer(p: SyncBatchPayload, session: Session): Promise<string> {
+  private async checkPeer(
+    p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined },
+    session: Session,
+  ): Promise<string> {
     const source = this.deps.federation.sourceOf(session, p.sourceServerLogin);
     const owner = p.ownerLogin ?? '';
     if (owner === '') throw new ShineError('EMPTY_OWNER_LOGIN', 'ownerLogin is required');
@@ -274,7 +290,15 @@ export class ReplicationService {
   private async cycle(signal: AbortSignal): Promise<SyncCycleSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
-    const summary: SyncCycleSummary = { peers: 0, users: 0, dmRows: 0, settingsRows: 0, errors: 0, durationMs: 0 };
+    const summary: SyncCycleSummary = {
+      peers: 0,
+      users: 0,
+      dmRows: 0,
+      settingsRows: 0,
+      repairedCopies: 0,
+      errors: 0,
+      durationMs: 0,
+    };
     if (config.serverLogin === 'local') return summary;
     for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
       summary.peers++;
@@ -284,6 +308,7 @@ export class ReplicationService {
         try {
           summary.settingsRows += await this.pullSettings(peer, owner, signal);
           summary.dmRows += await this.pullDm(peer, owner, signal);
+          summary.repairedCopies += (await this.antiEntropy.repairOwner(peer, owner, signal)).copiesRepaired;
         } catch (err) {
           if (signal.aborted) break;
           summary.errors++;
@@ -301,6 +326,41 @@ export class ReplicationService {
     this.cycles.inc({ result: summary.errors === 0 ? 'ok' : 'errors' });
     log.info('sync cycle done', { ...summary });
     return summary;
+  }
+
+  /**
+   * POST /admin/repair: anti-entropy now for owner (or every shared user) with each peer server that
+   * shares them; another process's cycle or repair may run meanwhile (stores are idempotent).
+   */
+  async repairNow(owner: string | null): Promise<RepairSummary> {
+    const { store, config, clock, log } = this.deps;
+    const started = clock.now();
+    const summary: RepairSummary = { peers: 0, owners: 0, errors: 0, ...emptyRepairStats(), durationMs: 0 };
+    const signal = this.deps.background.signal;
+    if (config.serverLogin !== 'local') {
+      for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
+        const owners = (await store.directory.sharedUsers(config.serverLogin, peer)).filter((o) => !owner || o === owner);
+        if (owners.length > 0) summary.peers++;
+        for (const o of owners) {
+          if (signal.aborted) break;
+          summary.owners++;
+          try {
+            addRepairStats(summary, await this.antiEntropy.repairOwner(peer, o, signal));
+          } catch (err) {
+            summary.errors++;
+            log.warn('anti-entropy repair failed', { peer, owner: o, err: String(err) });
+          }
+        }
+      }
+    }
+    summary.durationMs = clock.now() - started;
+    return summary;
+  }
+
+  /** Verifies and stores rows as a sync page is stored (for anti-entropy); answers the syncIds stored. */
+  async storeRows(peer: string, owner: string, items: SyncItem[]): Promise<string[]> {
+    if (items.length === 0) return [];
+    return this.writePage(peer, owner, await this.checkPage(peer, owner, items));
   }
 
   private pullSettings(peer: string, owner: string, signal: AbortSignal): Promise<number> {
@@ -549,6 +609,14 @@ export class ReplicationService {
     if (failed) throw failed.reason;
     return decoded.map((d) => d.item.syncId);
   }
+}
+
+/** What POST /admin/repair answers: the repairs of each owner with each peer, added up. */
+export interface RepairSummary extends RepairStats {
+  peers: number;
+  owners: number;
+  errors: number;
+  durationMs: number;
 }
 
 /** A DM page that checkPage kept: its rows that verify, and the peer's delivery status of its pairs. */

@@ -4,6 +4,7 @@
  * they return; so the rules (tombstones win, the latest revision wins, receipts set readAt on their
  * target, deletes remove their targets, outbox rows follow copies) are written once.
  */
+import { createHash } from 'node:crypto';
 import { compareBytes } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import {
@@ -11,14 +12,17 @@ import {
   compareRevision,
   deleteTargetBaseKey,
   messageKeyOf,
+  incomingKeyOf,
   ownerOf,
   parseDeleteConversationBody,
+  parseMessageKey,
+  parseSyncId,
   parseReceiptBody,
   peerOf,
   receiptTargetBaseKey,
   syncIdOf,
 } from '../../protocol/container.js';
-import type { CopyResult, OutboxPolicy, OutboxRow } from './types.js';
+import type { CopyResult, DigestBucket, OutboxPolicy, OutboxRow, TimeRange } from './types.js';
 
 /** The revision a stored row carries. */
 export interface StoredRevision {
@@ -181,14 +185,55 @@ export function outboxRowFor(
   const owner = ownerOf(copy);
   const synced = policy.owners.get(owner);
   if (!copyChanged(result) || synced === undefined) return null;
-  return {
+  return outboxRow({
     owner,
     primaryMessageKey: result.messageKey,
     syncId: syncIdOf(result.messageKey, copy.revisionTimeMs, copy.reencryptedAtMs),
     storedAtMs: nowMs,
     blobs,
     synced,
-  };
+  });
+}
+
+/**
+ * The copies an outbox row holds, in blob order: a pair row (two blobs, keyed by its outgoing key) holds
+ * [incomingKey, outgoingKey]; a single row holds its own key.
+ */
+export function outboxCopyKeys(primaryMessageKey: string, copies: number): string[] {
+  return copies === 2 ? [incomingKeyOf(primaryMessageKey), primaryMessageKey] : [primaryMessageKey];
+}
+
+export const DIGEST_BYTES = 32;
+
+/** sha256(`messageKey|revisionTimeMs|reencryptedAtMs`) of one copy: what DmDigest xors (docs/protocol.md §7). */
+export function copyDigest(messageKey: string, revisionTimeMs: number, reencryptedAtMs: number): Uint8Array {
+  return createHash('sha256').update(`${messageKey}|${revisionTimeMs}|${reencryptedAtMs}`).digest();
+}
+
+/** Xors b into acc (both DIGEST_BYTES long). */
+export function xorInto(acc: Uint8Array, b: Uint8Array): void {
+  for (let i = 0; i < DIGEST_BYTES; i++) acc[i]! ^= b[i]!;
+}
+
+/**
+ * An outbox row with the columns anti-entropy reads from an index instead of its blobs: the message's
+ * timeMs (from its key) and the xor of its copies' digests (they share the row's revision, its syncId).
+ */
+export function outboxRow(row: Omit<OutboxRow, 'timeMs' | 'digest'>): OutboxRow {
+  return { ...row, ...outboxDigestColumns(row.primaryMessageKey, row.syncId, row.blobs.length) };
+}
+
+/** The anti-entropy columns of an outbox row from its key, its syncId and its number of copies. */
+export function outboxDigestColumns(
+  primaryMessageKey: string,
+  syncId: string,
+  copies: number,
+): { timeMs: number; digest: Uint8Array } {
+  const revision = parseSyncId(syncId);
+  const digest = new Uint8Array(DIGEST_BYTES);
+  for (const key of outboxCopyKeys(primaryMessageKey, copies))
+    xorInto(digest, copyDigest(key, revision?.revisionTimeMs ?? 0, revision?.reencryptedAtMs ?? 0));
+  return { timeMs: parseMessageKey(primaryMessageKey)?.timeMs ?? 0, digest };
 }
 
 /** Whether a setting value (updatedAtMs, value) replaces the stored one: newer wins, ties by value bytes. */
@@ -230,3 +275,27 @@ export function takeWithinBytes<T>(
   }
   return { items, hasMore: rows.length > items.length };
 }
+
+/**
+ * Folds outbox rows, fed in ascending timeMs order, into the digest buckets of ascending disjoint ranges
+ * (DmDigest, docs/protocol.md §7). Rows outside every range are skipped.
+ */
+export class DigestFold {
+  readonly buckets: DigestBucket[];
+  private at = 0;
+
+  constructor(ranges: readonly TimeRange[]) {
+    this.buckets = ranges.map((r) => ({ ...r, count: 0, xor: new Uint8Array(DIGEST_BYTES) }));
+  }
+
+  add(timeMs: number, copies: number, digest: Uint8Array): void {
+    while (this.at < this.buckets.length && timeMs >= this.buckets[this.at]!.toTimeMs) this.at++;
+    const b = this.buckets[this.at];
+    if (!b || timeMs < b.fromTimeMs) return;
+    b.count += copies;
+    xorInto(b.xor, digest);
+  }
+}
+
+/** Rows per read when a digest pages through an owner's outbox index. */
+export const DIGEST_PAGE_ROWS = 5000;

@@ -175,6 +175,26 @@ export interface SyncPage<T> {
   hasMore: boolean;
 }
 
+/** A half-open range of message times, [fromTimeMs, toTimeMs). */
+export interface TimeRange {
+  fromTimeMs: number;
+  toTimeMs: number;
+}
+
+/** The copies of one range of an owner's outbox (docs/protocol.md §7, DmDigest). */
+export interface DigestBucket extends TimeRange {
+  count: number;
+  /** The xor of the copies' digests (32 zero bytes when empty). */
+  xor: Uint8Array;
+}
+
+/** An outbox row as DmKeys lists it: its copies follow from the key and their number (rules.outboxCopyKeys). */
+export interface OutboxKeyRow {
+  primaryMessageKey: string;
+  syncId: string;
+  copies: number;
+}
+
 /** Small per-server values (keys, identities) in server_meta. */
 export interface MetaStore {
   getMeta(key: string): Promise<string | null>;
@@ -260,6 +280,15 @@ export interface ReplicationStore {
   markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }>;
   /** Outbox rows of owner by synced flag, for /debug/outbox. */
   outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }>;
+  /**
+   * Per range (ascending, disjoint) the number of owner's outbox copies whose message timeMs lies in it
+   * and the xor of their digests; read from an index, never a blob.
+   */
+  dmDigest(owner: string, ranges: readonly TimeRange[]): Promise<DigestBucket[]>;
+  /** Owner's outbox rows with message timeMs in the range, in (timeMs, primaryMessageKey) order, at most limit. */
+  dmKeys(owner: string, range: TimeRange, limit: number): Promise<OutboxKeyRow[]>;
+  /** Owner's outbox rows with these primary keys, with their blobs (those that exist). */
+  dmRows(owner: string, primaryKeys: readonly string[]): Promise<DmSyncRow[]>;
 }
 
 /** ServerAuth nonces (docs/protocol.md §5.1), shared by every process of the server. */
@@ -346,7 +375,6 @@ export interface IntegrityReport {
   problems: string[];
 }
 
-/** An outbox row whose owner has no copy of that key. */
 /** An outbox row to upsert (dm_sync_outbox; the owner's outbox key is its copy's messageKey). */
 export interface OutboxRow {
   owner: string;
@@ -355,7 +383,13 @@ export interface OutboxRow {
   storedAtMs: number;
   blobs: Uint8Array[];
   synced: boolean;
+  /** The message's own timeMs (from its key), where anti-entropy places the row (docs/protocol.md §7). */
+  timeMs: number;
+  /** The xor of sha256(`messageKey|revisionTimeMs|reencryptedAtMs`) over the row's copies (rules.outboxDigest). */
+  digest: Uint8Array;
 }
+
+/** An outbox row whose owner has no copy of that key. */
 
 export interface OrphanOutboxRow {
   owner: string;

@@ -134,12 +134,23 @@ export class PgCheckStore implements CheckStore {
 
   async rewriteOutbox(row: OutboxRow): Promise<boolean> {
     const r = await this.db.query(
-      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
-       SELECT $1::text, $2::text, $3::text, $4::bigint, $5::bytea, false WHERE EXISTS (SELECT 1 FROM signed_messages m
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
+       SELECT $1::text, $2::text, $3::text, $4::bigint, $5::bytea, false, $6::bigint, $7::int, $8::bytea
+       WHERE EXISTS (SELECT 1 FROM signed_messages m
          WHERE m.message_key = $2 AND m.owner_login = $1 AND ${CHECK_SQL.syncIdOfCopy} = $3)
        ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = false`,
-      [row.owner, row.primaryMessageKey, row.syncId, row.storedAtMs, Buffer.from(packBlobs(row.blobs))],
+         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = false,
+         time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
+      [
+        row.owner,
+        row.primaryMessageKey,
+        row.syncId,
+        row.storedAtMs,
+        Buffer.from(packBlobs(row.blobs)),
+        row.timeMs,
+        row.blobs.length,
+        Buffer.from(row.digest),
+      ],
     );
     return r.rowCount === 1;
   }

@@ -348,11 +348,13 @@ function outboxCte(q: Params, rows: (OutboxRow | null)[]): string | null {
   const tuples = present.map(
     (r) =>
       `(${q.add(r.owner)}, ${q.add(r.primaryMessageKey)}, ${q.add(r.syncId)}, ${q.add(r.storedAtMs)}::bigint, ` +
-      `${q.add(bufferOf(packBlobs(r.blobs)))}::bytea, ${q.add(r.synced)}::boolean)`,
+      `${q.add(bufferOf(packBlobs(r.blobs)))}::bytea, ${q.add(r.synced)}::boolean, ${q.add(r.timeMs)}::bigint, ` +
+      `${q.add(r.blobs.length)}::int, ${q.add(bufferOf(r.digest))}::bytea)`,
   );
   return `ob AS (
-    INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+    INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
     VALUES ${tuples.join(', ')}
     ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-      stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced)`;
+      stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced,
+      time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest)`;
 }

@@ -4,13 +4,19 @@
  * collation so that ORDER BY and key comparisons follow byte order, as in SQLite. schema_migrations
  * records the versions applied; migrate() runs the missing ones under an advisory lock.
  */
+import type pg from 'pg';
 import { ShineError } from '../../../protocol/errors.js';
+import { unpackBlobs } from '../blobs.js';
+import { outboxDigestColumns } from '../rules.js';
 import type { PgDb } from './db.js';
 import { lockKey } from './db.js';
 
 const T = 'TEXT COLLATE "C"';
 
-export const POSTGRES_MIGRATIONS: readonly string[] = [
+/** A migration: its SQL, and work in code that follows it in the same transaction (e.g. filling a new column). */
+export type PgMigration = string | { sql: string; then: (client: pg.ClientBase) => Promise<void> };
+
+export const POSTGRES_MIGRATIONS: readonly PgMigration[] = [
   // 1: the v1 schema (docs/protocol.md §9)
   `
   CREATE TABLE server_meta (
@@ -176,6 +182,41 @@ export const POSTGRES_MIGRATIONS: readonly string[] = [
     redis BOOLEAN NOT NULL
   );
   `,
+  // 4: anti-entropy (docs/protocol.md §7): each outbox row's message timeMs, copy count and the xor of its
+  // copies' digests, in an index that DmDigest and DmKeys read without touching a blob.
+  {
+    sql: `
+  ALTER TABLE dm_sync_outbox ADD COLUMN time_ms BIGINT NOT NULL DEFAULT 0,
+    ADD COLUMN copies INTEGER NOT NULL DEFAULT 0, ADD COLUMN digest BYTEA NOT NULL DEFAULT ''::bytea;
+  CREATE INDEX dm_sync_outbox_digest ON dm_sync_outbox (owner_login, time_ms, primary_message_key) INCLUDE (copies, digest);
+  `,
+    then: async (client) => {
+      for (let after = ['', '']; ;) {
+        const { rows } = await client.query<{
+          owner_login: string;
+          primary_message_key: string;
+          sync_id: string;
+          blobs: Buffer;
+        }>(
+          `SELECT owner_login, primary_message_key, sync_id, blobs FROM dm_sync_outbox
+           WHERE (owner_login, primary_message_key) > ($1::text, $2::text) ORDER BY owner_login, primary_message_key LIMIT 1000`,
+          after,
+        );
+        if (rows.length === 0) break;
+        for (const r of rows) {
+          const copies = unpackBlobs(new Uint8Array(r.blobs)).length;
+          const { timeMs, digest } = outboxDigestColumns(r.primary_message_key, r.sync_id, copies);
+          await client.query(
+            `UPDATE dm_sync_outbox SET time_ms = $1, copies = $2, digest = $3
+             WHERE owner_login = $4 AND primary_message_key = $5`,
+            [timeMs, copies, Buffer.from(digest), r.owner_login, r.primary_message_key],
+          );
+        }
+        const last = rows.at(-1)!;
+        after = [last.owner_login, last.primary_message_key];
+      }
+    },
+  },
 ];
 
 const MIGRATION_LOCK = lockKey('shine:migrations');
@@ -185,7 +226,10 @@ const MIGRATION_LOCK = lockKey('shine:migrations');
  * advisory lock makes processes that start together take turns: the first migrates, the others find
  * nothing left to do.
  */
-export async function migratePostgres(db: PgDb, migrations: readonly string[] = POSTGRES_MIGRATIONS): Promise<void> {
+export async function migratePostgres(
+  db: PgDb,
+  migrations: readonly PgMigration[] = POSTGRES_MIGRATIONS,
+): Promise<void> {
   const client = await db.dedicatedClient();
   try {
     await client.query(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`);
@@ -200,7 +244,9 @@ export async function migratePostgres(db: PgDb, migrations: readonly string[] = 
     for (let v = current; v < migrations.length; v++) {
       await client.query('BEGIN');
       try {
-        await client.query(migrations[v]!);
+        const m = migrations[v]!;
+        await client.query(typeof m === 'string' ? m : m.sql);
+        if (typeof m !== 'string') await m.then(client);
         await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [v + 1]);
         await client.query('COMMIT');
       } catch (err) {

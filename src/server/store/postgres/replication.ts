@@ -1,8 +1,17 @@
 /** The outboxes on PostgreSQL (dm_sync_outbox, user_settings): acks are conditional on the current syncId. */
 import { parseSyncId } from '../../../protocol/container.js';
 import { unpackBlobs } from '../blobs.js';
-import { settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
-import type { DmSyncRow, ReplicationStore, SettingRow, SyncPage, SyncPageQuery } from '../types.js';
+import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
+import type {
+  DigestBucket,
+  DmSyncRow,
+  OutboxKeyRow,
+  ReplicationStore,
+  SettingRow,
+  SyncPage,
+  SyncPageQuery,
+  TimeRange,
+} from '../types.js';
 import type { PgDb } from './db.js';
 
 export class PgReplicationStore implements ReplicationStore {
@@ -22,7 +31,7 @@ export class PgReplicationStore implements ReplicationStore {
           [q.owner, acks.map((a) => a.key), acks.map((a) => a.syncId)],
         );
       }
-      const r = await c.query<{ primary_message_key: string; sync_id: string; stored_at_ms: number; blobs: Buffer }>(
+      const r = await c.query<OutboxDbRow>(
         `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox
          WHERE owner_login = $1 AND synced = false AND (stored_at_ms, primary_message_key) > ($2::bigint, $3::text)
          ORDER BY stored_at_ms, primary_message_key LIMIT $4`,
@@ -31,15 +40,7 @@ export class PgReplicationStore implements ReplicationStore {
       const page = takeWithinBytes(r.rows, q.limit, q.maxBytes, (row) =>
         unpackBlobs(row.blobs).reduce((n, b) => n + b.length, 0),
       );
-      return {
-        items: page.items.map((row) => ({
-          syncId: row.sync_id,
-          primaryMessageKey: row.primary_message_key,
-          storedAtMs: row.stored_at_ms,
-          blobs: unpackBlobs(new Uint8Array(row.blobs)),
-        })),
-        hasMore: page.hasMore,
-      };
+      return { items: page.items.map(toDmSyncRow), hasMore: page.hasMore };
     });
   }
 
@@ -104,4 +105,61 @@ export class PgReplicationStore implements ReplicationStore {
     );
     return { synced: r.rows[0]?.s ?? 0, unsynced: r.rows[0]?.u ?? 0 };
   }
+
+  async dmDigest(owner: string, ranges: readonly TimeRange[]): Promise<DigestBucket[]> {
+    const fold = new DigestFold(ranges);
+    if (ranges.length === 0) return fold.buckets;
+    const from = ranges[0]!.fromTimeMs;
+    const to = ranges.at(-1)!.toTimeMs;
+    for (let after = { timeMs: -1, key: '' }; ;) {
+      const { rows } = await this.db.query<{
+        time_ms: number;
+        primary_message_key: string;
+        copies: number;
+        digest: Buffer;
+      }>(
+        `SELECT time_ms, primary_message_key, copies, digest FROM dm_sync_outbox
+         WHERE owner_login = $1 AND time_ms >= $2 AND time_ms < $3 AND (time_ms, primary_message_key) > ($4::bigint, $5::text)
+         ORDER BY time_ms, primary_message_key LIMIT $6`,
+        [owner, from, to, after.timeMs, after.key, DIGEST_PAGE_ROWS],
+      );
+      for (const r of rows) fold.add(r.time_ms, r.copies, r.digest);
+      if (rows.length < DIGEST_PAGE_ROWS) return fold.buckets;
+      const last = rows.at(-1)!;
+      after = { timeMs: last.time_ms, key: last.primary_message_key };
+    }
+  }
+
+  async dmKeys(owner: string, range: TimeRange, limit: number): Promise<OutboxKeyRow[]> {
+    const { rows } = await this.db.query<{ primary_message_key: string; sync_id: string; copies: number }>(
+      `SELECT primary_message_key, sync_id, copies FROM dm_sync_outbox
+       WHERE owner_login = $1 AND time_ms >= $2 AND time_ms < $3 ORDER BY time_ms, primary_message_key LIMIT $4`,
+      [owner, range.fromTimeMs, range.toTimeMs, limit],
+    );
+    return rows.map((r) => ({ primaryMessageKey: r.primary_message_key, syncId: r.sync_id, copies: r.copies }));
+  }
+
+  async dmRows(owner: string, primaryKeys: readonly string[]): Promise<DmSyncRow[]> {
+    if (primaryKeys.length === 0) return [];
+    const { rows } = await this.db.query<OutboxDbRow>(
+      `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox
+       WHERE owner_login = $1 AND primary_message_key = ANY($2::text[])`,
+      [owner, [...primaryKeys]],
+    );
+    return rows.map(toDmSyncRow);
+  }
 }
+
+interface OutboxDbRow {
+  primary_message_key: string;
+  sync_id: string;
+  stored_at_ms: number;
+  blobs: Buffer;
+}
+
+const toDmSyncRow = (r: OutboxDbRow): DmSyncRow => ({
+  syncId: r.sync_id,
+  primaryMessageKey: r.primary_message_key,
+  storedAtMs: r.stored_at_ms,
+  blobs: unpackBlobs(new Uint8Array(r.blobs)),
+});

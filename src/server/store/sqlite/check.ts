@@ -92,17 +92,21 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
     return this.db.write(
       () =>
         this.sql(
-          `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
-           SELECT ?, ?, ?, ?, ?, 0 WHERE EXISTS (SELECT 1 FROM signed_messages m
+          `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
+           SELECT ?, ?, ?, ?, ?, 0, ?, ?, ? WHERE EXISTS (SELECT 1 FROM signed_messages m
              WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?)
            ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-             stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = 0`,
+             stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = 0,
+             time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
         ).run(
           row.owner,
           row.primaryMessageKey,
           row.syncId,
           row.storedAtMs,
           packBlobs(row.blobs),
+          row.timeMs,
+          row.blobs.length,
+          row.digest,
           row.primaryMessageKey,
           row.owner,
           row.syncId,

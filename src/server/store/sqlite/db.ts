@@ -69,7 +69,9 @@ export class SqliteDb {
     for (let v = current; v < SQLITE_MIGRATIONS.length; v++) {
       this.conn
         .transaction(() => {
-          this.conn.exec(SQLITE_MIGRATIONS[v]!);
+          const m = SQLITE_MIGRATIONS[v]!;
+          this.conn.exec(typeof m === 'string' ? m : m.sql);
+          if (typeof m !== 'string') m.then(this.conn);
           this.conn.pragma(`user_version = ${v + 1}`);
         })
         .immediate();

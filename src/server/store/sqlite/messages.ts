@@ -185,10 +185,22 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
   private upsertOutbox(row: OutboxRow | null): void {
     if (!row) return;
     this.sql(
-      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced`,
-    ).run(row.owner, row.primaryMessageKey, row.syncId, row.storedAtMs, packBlobs(row.blobs), row.synced ? 1 : 0);
+         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced,
+         time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
+    ).run(
+      row.owner,
+      row.primaryMessageKey,
+      row.syncId,
+      row.storedAtMs,
+      packBlobs(row.blobs),
+      row.synced ? 1 : 0,
+      row.timeMs,
+      row.blobs.length,
+      row.digest,
+    );
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {

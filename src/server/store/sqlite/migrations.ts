@@ -1,8 +1,22 @@
+import type Database from 'better-sqlite3';
+import { unpackBlobs } from '../blobs.js';
+import { outboxDigestColumns } from '../rules.js';
+
+interface OutboxBackfillRow {
+  owner_login: string;
+  primary_message_key: string;
+  sync_id: string;
+  blobs: Buffer;
+}
+
+/** A migration: its SQL, and work in code that follows it in the same transaction (e.g. filling a new column). */
+export type SqliteMigration = string | { sql: string; then: (conn: Database.Database) => void };
+
 /**
  * Versioned SQLite migrations. PRAGMA user_version holds the number of migrations applied; each runs
  * once, in order, inside its own transaction.
  */
-export const SQLITE_MIGRATIONS: readonly string[] = [
+export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   // 1: the v1 schema (docs/protocol.md §9)
   `
   CREATE TABLE server_meta (
@@ -173,4 +187,35 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
     redis INTEGER NOT NULL
   ) STRICT;
   `,
+  // 4: anti-entropy (docs/protocol.md §7): each outbox row's message timeMs, copy count and the xor of its
+  // copies' digests, in an index that DmDigest and DmKeys read without touching a blob.
+  {
+    sql: `
+  ALTER TABLE dm_sync_outbox ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE dm_sync_outbox ADD COLUMN copies INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE dm_sync_outbox ADD COLUMN digest BLOB NOT NULL DEFAULT x'';
+  CREATE INDEX dm_sync_outbox_digest ON dm_sync_outbox (owner_login, time_ms, primary_message_key, copies, digest);
+  `,
+    then: (conn) => {
+      // In pages along the primary key: better-sqlite3 cannot write while a read is still open.
+      const page = conn.prepare(
+        `SELECT owner_login, primary_message_key, sync_id, blobs FROM dm_sync_outbox
+         WHERE (owner_login, primary_message_key) > (?, ?) ORDER BY owner_login, primary_message_key LIMIT 1000`,
+      );
+      const update = conn.prepare(
+        'UPDATE dm_sync_outbox SET time_ms = ?, copies = ?, digest = ? WHERE owner_login = ? AND primary_message_key = ?',
+      );
+      for (let after = ['', '']; ;) {
+        const rows = page.all(...after) as OutboxBackfillRow[];
+        if (rows.length === 0) break;
+        for (const r of rows) {
+          const copies = unpackBlobs(new Uint8Array(r.blobs)).length;
+          const { timeMs, digest } = outboxDigestColumns(r.primary_message_key, r.sync_id, copies);
+          update.run(timeMs, copies, digest, r.owner_login, r.primary_message_key);
+        }
+        const last = rows.at(-1)!;
+        after = [last.owner_login, last.primary_message_key];
+      }
+    },
+  },
 ];

@@ -1,8 +1,17 @@
 /** The replication area on SQLite: the DM outbox (dm_sync_outbox) and settings rows a user's other server pulls. */
 import { parseSyncId } from '../../../protocol/container.js';
 import { unpackBlobs } from '../blobs.js';
-import { settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
-import type { DmSyncRow, ReplicationStore, SettingRow, SyncPage, SyncPageQuery } from '../types.js';
+import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
+import type {
+  DigestBucket,
+  DmSyncRow,
+  OutboxKeyRow,
+  ReplicationStore,
+  SettingRow,
+  SyncPage,
+  SyncPageQuery,
+  TimeRange,
+} from '../types.js';
 import { SqliteArea } from './db.js';
 
 interface OutboxDbRow {
@@ -35,12 +44,7 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
          WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, primary_message_key) > (?, ?)
          ORDER BY stored_at_ms, primary_message_key LIMIT ?`,
       size: (r) => unpackBlobs(r.blobs).reduce((n, b) => n + b.length, 0),
-      toItem: (r) => ({
-        syncId: r.sync_id,
-        primaryMessageKey: r.primary_message_key,
-        storedAtMs: r.stored_at_ms,
-        blobs: unpackBlobs(new Uint8Array(r.blobs)),
-      }),
+      toItem: toDmSyncRow,
     });
   }
 
@@ -108,4 +112,58 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
     ).get(owner) as { s: number | null; u: number | null };
     return { synced: r.s ?? 0, unsynced: r.u ?? 0 };
   }
+
+  async dmDigest(owner: string, ranges: readonly TimeRange[]): Promise<DigestBucket[]> {
+    const fold = new DigestFold(ranges);
+    if (ranges.length === 0) return fold.buckets;
+    const from = ranges[0]!.fromTimeMs;
+    const to = ranges.at(-1)!.toTimeMs;
+    // Pages along the index, yielding between them, so a large outbox never blocks the event loop long.
+    for (let after = { timeMs: -1, key: '' }; ; await new Promise(setImmediate)) {
+      const rows = this.sql(
+        `SELECT time_ms, primary_message_key, copies, digest FROM dm_sync_outbox INDEXED BY dm_sync_outbox_digest
+         WHERE owner_login = ? AND time_ms >= ? AND time_ms < ? AND (time_ms, primary_message_key) > (?, ?)
+         ORDER BY time_ms, primary_message_key LIMIT ?`,
+      ).all(owner, from, to, after.timeMs, after.key, DIGEST_PAGE_ROWS) as {
+        time_ms: number;
+        primary_message_key: string;
+        copies: number;
+        digest: Buffer;
+      }[];
+      for (const r of rows) fold.add(r.time_ms, r.copies, r.digest);
+      if (rows.length < DIGEST_PAGE_ROWS) return fold.buckets;
+      const last = rows.at(-1)!;
+      after = { timeMs: last.time_ms, key: last.primary_message_key };
+    }
+  }
+
+  async dmKeys(owner: string, range: TimeRange, limit: number): Promise<OutboxKeyRow[]> {
+    const rows = this.sql(
+      `SELECT primary_message_key, sync_id, copies FROM dm_sync_outbox INDEXED BY dm_sync_outbox_digest
+       WHERE owner_login = ? AND time_ms >= ? AND time_ms < ? ORDER BY time_ms, primary_message_key LIMIT ?`,
+    ).all(owner, range.fromTimeMs, range.toTimeMs, limit) as {
+      primary_message_key: string;
+      sync_id: string;
+      copies: number;
+    }[];
+    return rows.map((r) => ({ primaryMessageKey: r.primary_message_key, syncId: r.sync_id, copies: r.copies }));
+  }
+
+  async dmRows(owner: string, primaryKeys: readonly string[]): Promise<DmSyncRow[]> {
+    const out: DmSyncRow[] = [];
+    for (const key of primaryKeys) {
+      const r = this.sql(
+        'SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?',
+      ).get(owner, key) as OutboxDbRow | undefined;
+      if (r) out.push(toDmSyncRow(r));
+    }
+    return out;
+  }
 }
+
+const toDmSyncRow = (r: OutboxDbRow): DmSyncRow => ({
+  syncId: r.sync_id,
+  primaryMessageKey: r.primary_message_key,
+  storedAtMs: r.stored_at_ms,
+  blobs: unpackBlobs(new Uint8Array(r.blobs)),
+});

@@ -1,0 +1,298 @@
+/**
+ * Anti-entropy between a user's two access servers (docs/protocol.md §7, "Anti-entropy"): the server side
+ * of DmDigest, DmKeys and DmFetch, and the repair that compares an owner's outbox with the peer's by
+ * digests of time ranges, splits the ranges that differ until they are small, lists their keys and
+ * fetches what this server lacks or holds in an older revision. Fetched rows are stored like synced ones.
+ *
+ * The `synced` flags trust both sides' memories; this does not: a server restored from an old backup
+ * finds and fills its holes here, with no event and no re-delivery.
+ */
+import { fromBase64, toBase64 } from '../../protocol/bytes.js';
+import { compareRevision, incomingKeyOf, outgoingKeyOf, parseSyncId, syncIdOf } from '../../protocol/container.js';
+import { ShineError } from '../../protocol/errors.js';
+import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
+import { MAX_DIGEST_BUCKETS, MAX_FETCH_KEYS, MAX_KEYS_ITEMS } from '../../protocol/ops.js';
+import { untilAborted } from '../background/queue.js';
+import type { Clock } from '../clock.js';
+import type { PeerCaller } from '../federation/peer-caller.js';
+import type { Logger } from '../log.js';
+import type { Counter, Metrics } from '../metrics.js';
+import type { Session } from '../sessions.js';
+import { outboxCopyKeys } from '../store/rules.js';
+import type { DigestBucket, Store, TimeRange } from '../store/types.js';
+
+/** A row as DmSyncBatch carries it: what the puller's page storer takes. */
+export type SyncItem = OpAnswer<'DmSyncBatch'>['items'][number];
+
+export interface AntiEntropyDeps {
+  clock: Clock;
+  store: Pick<Store, 'replication'>;
+  peers: PeerCaller;
+  log: Logger;
+  metrics: Metrics;
+  /** The sync ops' check of the caller (the owner's other access server); answers the owner or throws. */
+  checkPeer(p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined }, s: Session): Promise<string>;
+  /** Verifies and stores rows like a sync page (silently; pairs get delivery rows); answers the syncIds stored. */
+  storeRows(peer: string, owner: string, items: SyncItem[]): Promise<string[]>;
+}
+
+/** What one repair did, for the log, /metrics and POST /admin/repair. */
+export interface RepairStats {
+  /** Ranges whose digests were compared. */
+  rangesCompared: number;
+  /** Copies the peer holds that this server lacks or holds in an older revision. */
+  differences: number;
+  /** Copies this server holds that the peer lacks or holds older (the peer's own repair fetches them). */
+  peerBehind: number;
+  /** Copies fetched and stored. */
+  copiesRepaired: number;
+  /** Calls to the peer, and the JSON bytes of their payloads and answers. */
+  roundTrips: number;
+  bytes: number;
+}
+
+export const emptyRepairStats = (): RepairStats => ({
+  rangesCompared: 0,
+  differences: 0,
+  peerBehind: 0,
+  copiesRepaired: 0,
+  roundTrips: 0,
+  bytes: 0,
+});
+
+export function addRepairStats(into: RepairStats, add: RepairStats): void {
+  for (const k of Object.keys(into) as (keyof RepairStats)[]) into[k] += add[k];
+}
+
+/** A range of at most this many copies (on either side) is compared key by key. */
+const LEAF_COPIES = 256;
+/** Buckets per split: about this many copies each, so most sub-ranges are leaves after one split. */
+const COPIES_PER_BUCKET = 64;
+/** The comparison covers message times up to this far past the clock (a copy's timeMs is never later). */
+const WINDOW_AHEAD_MS = 86_400_000;
+/** Leaves repaired at once. */
+const LEAF_CONCURRENCY = 4;
+
+/**
+ * Range i of a split of [from, to) into n: [from + ⌊i·w/n⌋, from + ⌊(i+1)·w/n⌋), w = to − from (exact for
+ * every safe integer: the products can pass 2^53).
+ */
+export function splitRange(range: TimeRange, n: number): TimeRange[] {
+  const from = BigInt(range.fromTimeMs);
+  const w = BigInt(range.toTimeMs - range.fromTimeMs);
+  const at = (i: number) => Number(from + (BigInt(i) * w) / BigInt(n));
+  return Array.from({ length: n }, (_, i) => ({ fromTimeMs: at(i), toTimeMs: at(i + 1) }));
+}
+
+const sameDigest = (a: { count: number; xor: Uint8Array }, b: { count: number; xor: Uint8Array }): boolean =>
+  a.count === b.count && Buffer.from(a.xor).equals(Buffer.from(b.xor));
+
+interface Revision {
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+}
+
+export class AntiEntropy {
+  private readonly compared: Counter;
+  private readonly differing: Counter;
+  private readonly repaired: Counter;
+  private readonly runs: Counter;
+
+  constructor(private readonly deps: AntiEntropyDeps) {
+    const m = deps.metrics;
+    this.compared = m.counter('repair_ranges_compared_total', 'Outbox time ranges whose digests anti-entropy compared', []);
+    this.differing = m.counter(
+      'repair_differences_total',
+      'Copies a peer held that this server lacked or held in an older revision, found by anti-entropy',
+      [],
+    );
+    this.repaired = m.counter('repair_copies_repaired_total', 'Copies anti-entropy fetched from a peer and stored', []);
+    this.runs = m.counter('repair_runs_total', 'Anti-entropy repairs of one owner with one peer, by result');
+  }
+
+  // ---- server side ----
+
+  private async range(p: OpPayload<'DmKeys'>, s: Session): Promise<{ owner: string; range: TimeRange }> {
+    const owner = await this.deps.checkPeer(p, s);
+    if (p.toTimeMs <= p.fromTimeMs) throw new ShineError('BAD_FIELDS', 'toTimeMs must be after fromTimeMs');
+    return { owner, range: { fromTimeMs: p.fromTimeMs, toTimeMs: p.toTimeMs } };
+  }
+
+  async digestOp(p: OpPayload<'DmDigest'>, s: Session): Promise<OpAnswer<'DmDigest'>> {
+    const { owner, range } = await this.range(p, s);
+    const buckets = await this.deps.store.replication.dmDigest(owner, splitRange(range, p.buckets));
+    return { items: buckets.map((b) => ({ ...rangeOf(b), count: b.count, xorSha256B64: toBase64(b.xor) })) };
+  }
+
+  async keysOp(p: OpPayload<'DmKeys'>, s: Session): Promise<OpAnswer<'DmKeys'>> {
+    const { owner, range } = await this.range(p, s);
+    const rows = await this.deps.store.replication.dmKeys(owner, range, MAX_KEYS_ITEMS + 1);
+    const items: OpAnswer<'DmKeys'>['items'] = [];
+    let hasMore = false;
+    for (const row of rows) {
+      const keys = outboxCopyKeys(row.primaryMessageKey, row.copies);
+      // A row's copies are listed together or not at all.
+      if (items.length + keys.length > MAX_KEYS_ITEMS) {
+        hasMore = true;
+        break;
+      }
+      const revision = parseSyncId(row.syncId);
+      if (!revision) continue;
+      for (const messageKey of keys)
+        items.push({ messageKey, revisionTimeMs: revision.revisionTimeMs, reencryptedAtMs: revision.reencryptedAtMs });
+    }
+    return { items, hasMore };
+  }
+
+  async fetchOp(p: OpPayload<'DmFetch'>, s: Session): Promise<OpAnswer<'DmFetch'>> {
+    const owner = await this.deps.checkPeer(p, s);
+    // A copy is in the row of its own key, or (an incoming copy of a pair the owner sent) of its pair's outgoing key.
+    const rowKeys = new Set<string>();
+    for (const key of p.messageKeys) {
+      rowKeys.add(key);
+      const pairKey = outgoingKeyOf(key);
+      if (pairKey) rowKeys.add(pairKey);
+    }
+    const held = new Map<string, { blob: Uint8Array; storedAtMs: number }>();
+    for (const row of await this.deps.store.replication.dmRows(owner, [...rowKeys])) {
+      const keys = outboxCopyKeys(row.primaryMessageKey, row.blobs.length);
+      keys.forEach((k, i) => held.set(k, { blob: row.blobs[i]!, storedAtMs: row.storedAtMs }));
+    }
+    const items: OpAnswer<'DmFetch'>['items'] = [];
+    for (const messageKey of new Set(p.messageKeys)) {
+      const copy = held.get(messageKey);
+      if (copy) items.push({ messageKey, blobB64: toBase64(copy.blob), storedAtMs: copy.storedAtMs });
+    }
+    return { items };
+  }
+
+  // ---- puller ----
+
+  /**
+   * Compares owner's outbox with the peer's and fetches what this server lacks or holds older. For two
+   * equal histories: one DmDigest call of one bucket, and this server's digest from its index.
+   */
+  async repairOwner(peer: string, owner: string, signal: AbortSignal): Promise<RepairStats> {
+    const stats = emptyRepairStats();
+    try {
+      await this.repair(peer, owner, signal, stats);
+      this.runs.inc({ result: 'ok' });
+    } catch (err) {
+      this.runs.inc({ result: 'error' });
+      throw err;
+    } finally {
+      this.compared.inc({}, stats.rangesCompared);
+      this.differing.inc({}, stats.differences);
+      this.repaired.inc({}, stats.copiesRepaired);
+      const level = stats.differences > 0 || stats.peerBehind > 0 ? 'info' : 'debug';
+      this.deps.log[level]('anti-entropy repair', { peer, owner, ...stats });
+    }
+    return stats;
+  }
+
+  private async repair(peer: string, owner: string, signal: AbortSignal, stats: RepairStats): Promise<void> {
+    const call = async <K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> => {
+      const answer = await untilAborted(this.deps.peers.call(peer, op, payload), signal);
+      stats.roundTrips++;
+      stats.bytes += JSON.stringify(payload).length + JSON.stringify(answer).length;
+      return answer;
+    };
+    /** Both sides' digests of range split into n; the sub-ranges that differ, with their larger count. */
+    const differing = async (range: TimeRange, n: number): Promise<{ range: TimeRange; copies: number }[]> => {
+      const ranges = splitRange(range, n);
+      const [theirs, ours] = await Promise.all([
+        call('DmDigest', { ownerLogin: owner, ...range, buckets: n }),
+        this.deps.store.replication.dmDigest(owner, ranges),
+      ]);
+      if (theirs.items.length !== n) throw new ShineError('INTERNAL', `DmDigest answered ${theirs.items.length} of ${n}`);
+      stats.rangesCompared += n;
+      return ranges.flatMap((r, i) => {
+        const t = theirs.items[i]!;
+        const remote = { count: t.count, xor: fromBase64(t.xorSha256B64) ?? new Uint8Array(0) };
+        const local: DigestBucket = ours[i]!;
+        return sameDigest(remote, local) ? [] : [{ range: r, copies: Math.max(remote.count, local.count) }];
+      });
+    };
+
+    const now = this.deps.clock.now();
+    const work = await differing({ fromTimeMs: 0, toTimeMs: now + WINDOW_AHEAD_MS }, 1);
+    const lane = async (): Promise<void> => {
+      for (let next = work.pop(); next; next = work.pop()) {
+        const width = next.range.toTimeMs - next.range.fromTimeMs;
+        if (next.copies <= LEAF_COPIES || width <= 1) {
+          await this.repairLeaf(peer, owner, next.range, call, stats);
+          continue;
+        }
+        const n = Math.min(MAX_DIGEST_BUCKETS, width, Math.max(2, Math.ceil(next.copies / COPIES_PER_BUCKET)));
+        work.push(...(await differing(next.range, n)));
+      }
+    };
+    // Lanes stop when the queue is empty; one that finds it empty while another is still splitting is
+    // replaced after that split, so every pushed range is taken.
+    while (work.length > 0) await Promise.all(Array.from({ length: LEAF_CONCURRENCY }, lane));
+  }
+
+  /** Lists one small range's keys on both sides and fetches the rows whose copies this server lacks or holds older. */
+  private async repairLeaf(
+    peer: string,
+    owner: string,
+    range: TimeRange,
+    call: <K extends OpName>(op: K, payload: OpPayload<K>) => Promise<OpAnswer<K>>,
+    stats: RepairStats,
+  ): Promise<void> {
+    const theirs = await call('DmKeys', { ownerLogin: owner, ...range });
+    if (theirs.hasMore)
+      this.deps.log.warn('anti-entropy: more copies in one range than DmKeys lists', { peer, owner, ...range });
+    const ours = new Map<string, Revision>();
+    for (const row of await this.deps.store.replication.dmKeys(owner, range, 2 * MAX_KEYS_ITEMS)) {
+      const revision = parseSyncId(row.syncId);
+      if (revision) for (const k of outboxCopyKeys(row.primaryMessageKey, row.copies)) ours.set(k, revision);
+    }
+    const remote = new Map(theirs.items.map((i) => [i.messageKey, i]));
+    for (const [key, revision] of ours) {
+      const r = remote.get(key);
+      if (!r || compareRevision(r, revision) < 0) stats.peerBehind++;
+    }
+    // The peer's rows: a pair (both copies listed) under its outgoing key, else each copy alone.
+    const rows = new Map<string, string[]>();
+    for (const key of remote.keys()) {
+      const pairKey = outgoingKeyOf(key);
+      const isPair = pairKey !== null && remote.has(pairKey) && remote.has(incomingKeyOf(pairKey));
+      const primary = isPair ? pairKey : key;
+      rows.set(primary, isPair ? [incomingKeyOf(pairKey), pairKey] : [key]);
+    }
+    const wanted = [...rows].filter(([, keys]) =>
+      keys.some((k) => {
+        const mine = ours.get(k);
+        return !mine || compareRevision(mine, remote.get(k)!) < 0;
+      }),
+    );
+    if (wanted.length === 0) return;
+    for (const [, keys] of wanted) stats.differences += keys.filter((k) => !sameRevision(ours.get(k), remote.get(k)!)).length;
+    const fetched = new Map<string, { blobB64: string; storedAtMs?: number | undefined }>();
+    const keys = wanted.flatMap(([, k]) => k);
+    for (let i = 0; i < keys.length; i += MAX_FETCH_KEYS) {
+      const answer = await call('DmFetch', { ownerLogin: owner, messageKeys: keys.slice(i, i + MAX_FETCH_KEYS) });
+      for (const item of answer.items) fetched.set(item.messageKey, item);
+    }
+    const now = this.deps.clock.now();
+    const items: SyncItem[] = [];
+    for (const [primary, copies] of wanted) {
+      const blobs = copies.map((k) => fetched.get(k));
+      if (blobs.some((b) => !b)) continue; // gone at the peer meanwhile (a delete): nothing to store
+      const revision = remote.get(primary)!;
+      items.push({
+        syncId: syncIdOf(primary, revision.revisionTimeMs, revision.reencryptedAtMs),
+        primaryMessageKey: primary,
+        storedAtMs: blobs[0]!.storedAtMs ?? now,
+        blobsB64: blobs.map((b) => b!.blobB64),
+      });
+    }
+    const stored = new Set(await this.deps.storeRows(peer, owner, items));
+    for (const item of items) if (stored.has(item.syncId)) stats.copiesRepaired += item.blobsB64.length;
+  }
+}
+
+const rangeOf = (r: TimeRange): TimeRange => ({ fromTimeMs: r.fromTimeMs, toTimeMs: r.toTimeMs });
+
+const sameRevision = (a: Revision | undefined, b: Revision): boolean => !!a && compareRevision(a, b) === 0;
