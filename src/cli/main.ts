@@ -4,6 +4,7 @@ import { registerCheck } from './commands/check.js';
 import { registerHistory } from './commands/history.js';
 import { registerIdentity } from './commands/identity.js';
 import { registerRegister } from './commands/register.js';
+import { registerRepair } from './commands/repair.js';
 import { registerSend } from './commands/send.js';
 import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
@@ -29,6 +30,7 @@ function program(): Command {
   registerWatch(shine);
   registerHistory(shine);
   registerSync(shine);
+  registerRepair(shine);
   registerStatus(shine);
   registerCheck(shine);
   return shine;

@@ -267,7 +267,16 @@ export const opAnswerSchemas = {
   }),
   MarkAllUserSettingsUnsynced: z.object({ updated: num, dmUpdated: num }),
   DmDigest: z.object({
-    items: z.array(z.object({ fromTimeMs: num, toTimeMs: num, count: num, xorSha256B64: z.string() })),
+    items: z.array(
+      z.object({
+        fromTimeMs: num,
+        toTimeMs: num,
+        count: num,
+        xorSha256B64: z.string(),
+        minTimeMs: num.optional(),
+        maxTimeMs: num.optional(),
+      }),
+    ),
   }),
   DmKeys: z.object({
     items: z.array(z.object({ messageKey: z.string(), revisionTimeMs: num, reencryptedAtMs: num })),
@@ -321,6 +330,29 @@ export interface DeliveryStateChangedEvent {
   deliveryState: DeliveryState;
   /** With `delivered`, when the delivery is proven (docs/protocol.md §13.1). */
   deliveryProof?: DeliveryReceipt;
+}
+
+/** What one anti-entropy repair of one owner with one peer did (docs/protocol.md §7, "Anti-entropy"). */
+export interface RepairStats {
+  /** Ranges whose digests were compared. */
+  rangesCompared: number;
+  /** Copies the peer holds that this server lacks or holds in an older revision. */
+  differences: number;
+  /** Copies this server holds that the peer lacks or holds older (the peer's own repair fetches them). */
+  peerBehind: number;
+  /** Copies fetched and stored. */
+  copiesRepaired: number;
+  /** Calls to the peer, and the JSON bytes of their payloads and answers. */
+  roundTrips: number;
+  bytes: number;
+}
+
+/** The answer of POST /admin/repair (docs/protocol.md §8): the repairs of each owner with each peer, added up. */
+export interface RepairSummary extends RepairStats {
+  peers: number;
+  owners: number;
+  errors: number;
+  durationMs: number;
 }
 
 /** What one replication cycle did: the answer of POST /admin/sync (docs/protocol.md §8). */

@@ -152,7 +152,10 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       // A call waits out the backoff, so it stays within a call timeout and half the shortest retry gap.
       reconnectMaxMs: Math.min(config.s2sTimeoutMs, Math.max(100, (config.retryScheduleMs[1] ?? 60_000) / 2)),
       resolveUrl: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
-      onPeerAlive: (server) => delivery?.peerAlive(server),
+      onPeerAlive: (server) => {
+        delivery?.peerAlive(server);
+        replication.peerReturned(server);
+      },
     });
     stoppers.push(['peers', () => peers.close()]);
     // After the services stop scheduling and before the peers and the store they use close.
@@ -180,7 +183,27 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     // Stopped after the replication that uses it.
     const bulkVerifier = bulkVerifierFor(config.verifyThreads);
     stoppers.push(['verify threads', () => bulkVerifier.close()]);
-    const federation = new FederationService({ config, clock, store, directory, dm, delivery, verifier, log, peers });
+    // A peer that authenticates here is up: calls to it stop backing off; and when it had been here
+    // before (its earlier session ended: a restart, a partition), a cycle with it starts soon.
+    const authenticatedBefore = new Set<string>();
+    const peerUp = {
+      reachable: (server: string) => {
+        peers.reachable(server);
+        if (authenticatedBefore.has(server)) replication.peerReturned(server);
+        else authenticatedBefore.add(server);
+      },
+    };
+    const federation = new FederationService({
+      config,
+      clock,
+      store,
+      directory,
+      dm,
+      delivery,
+      verifier,
+      log,
+      peers: peerUp,
+    });
     const replication = new ReplicationService({
       bulkVerifier,
       config,

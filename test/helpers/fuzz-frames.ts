@@ -48,6 +48,9 @@ const READ_OPS = [
   'GetDmDeliveryStatus',
   'DmSyncBatch',
   'UserSettingsSyncBatch',
+  'DmDigest',
+  'DmKeys',
+  'DmFetch',
 ] as const;
 
 /** A valid-shaped payload per op: the fuzzer breaks one field of it. */
@@ -84,6 +87,9 @@ function templates(w: FuzzWorld): Record<string, Record<string, unknown>> {
     DmSyncBatch: { ownerLogin: w.alice.login, afterStoredAtMs: 0, afterMessageKey: '', limit: 10, ackSyncIds: [] },
     UserSettingsSyncBatch: { ownerLogin: w.alice.login, afterStoredAtMs: 0, afterKey: '', limit: 10, ackSyncIds: [] },
     MarkAllUserSettingsUnsynced: { ownerLogin: w.alice.login },
+    DmDigest: { ownerLogin: w.alice.login, fromTimeMs: 0, toTimeMs: 4_000_000_000_000, buckets: 16 },
+    DmKeys: { ownerLogin: w.alice.login, fromTimeMs: 0, toTimeMs: 4_000_000_000_000 },
+    DmFetch: { ownerLogin: w.alice.login, messageKeys: [p.outgoingKey] },
   };
 }
 

@@ -6,7 +6,7 @@
  * dialects run.
  */
 import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
+import { copyFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
@@ -39,6 +39,11 @@ export interface TestDb {
   reset(): Promise<void>;
   /** Drops the database (PostgreSQL; SQLite files go with their directory). */
   drop(): Promise<void>;
+  /**
+   * Copies the database as it is now (its server stopped, so nothing is half-written); restore() puts the
+   * copy back, as an operator restores a backup.
+   */
+  backup(): Promise<{ restore(): Promise<void> }>;
 }
 
 /**
@@ -56,9 +61,19 @@ export async function freshTestDb(
       url: `sqlite:${path}`,
       kind,
       reset: async () => {
-        for (const suffix of ['', '-wal', '-shm']) await rm(path + suffix, { force: true });
+        for (const suffix of SQLITE_FILES) await rm(path + suffix, { force: true });
       },
       drop: async () => {},
+      backup: async () => {
+        const copy = `${path}.backup-${randomBytes(4).toString('hex')}`;
+        const copied = await copySqlite(path, copy);
+        return {
+          restore: async () => {
+            for (const suffix of SQLITE_FILES) await rm(path + suffix, { force: true });
+            for (const suffix of copied) await copyFile(copy + suffix, path + suffix);
+          },
+        };
+      },
     };
   }
   const name = `${testDbPrefix()}${randomBytes(6).toString('hex')}`;
@@ -76,7 +91,35 @@ export async function freshTestDb(
     drop: async () => {
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
+    backup: async () => {
+      // Named under the run's prefix: the end of the run drops it if a test did not.
+      const copy = `${name}_b${randomBytes(3).toString('hex')}`;
+      await adminQuery(`CREATE DATABASE ${copy} TEMPLATE ${name}`);
+      return {
+        restore: async () => {
+          await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+          await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${copy}`);
+          await adminQuery(`DROP DATABASE ${copy}`);
+        },
+      };
+    },
   };
+}
+
+const SQLITE_FILES = ['', '-wal', '-shm'];
+
+/** Copies a SQLite database's files that exist; answers their suffixes. */
+async function copySqlite(from: string, to: string): Promise<string[]> {
+  const copied: string[] = [];
+  for (const suffix of SQLITE_FILES) {
+    try {
+      await copyFile(from + suffix, to + suffix);
+      copied.push(suffix);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
+  return copied;
 }
 
 /**

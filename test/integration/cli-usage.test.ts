@@ -14,6 +14,7 @@ describe('CLI: help and usage errors', () => {
       ['serve', '--public-ws-url <value>'],
       ['status', '--admin-token <token>'],
       ['check', '--repair'],
+      ['repair', '--owner <login>'],
     ] as const) {
       const r = await home.run([cmd, '--help']);
       assert.equal(r.code, 0, r.stderr);

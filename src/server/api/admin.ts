@@ -88,7 +88,11 @@ export function adminApi(deps: {
       },
     },
     { method: 'POST', path: '/admin/sync', handle: () => replication.runCycle() },
-    { method: 'POST', path: '/admin/repair', handle: (url) => replication.repairNow(url.searchParams.get('owner') || null) },
+    {
+      method: 'POST',
+      path: '/admin/repair',
+      handle: (url) => replication.repairNow(url.searchParams.get('owner') || null),
+    },
     {
       method: 'POST',
       path: '/admin/mark-unsynced',

@@ -73,3 +73,12 @@ export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> 
     else signal.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+/**
+ * A request awaited later (pipelining): marked handled now, so that if the work before it fails first
+ * and it is never awaited, its own failure is not an unhandled rejection.
+ */
+export function awaitedLater<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return p;
+}

@@ -47,6 +47,8 @@ export interface Config {
   s2sTimeoutMs: number;
   firstAttemptWaitMs: number;
   syncIntervalMs: number;
+  /** A replication cycle with a peer that shows life again after failures starts this soon (docs/protocol.md §7). */
+  syncOnReturnMs: number;
   sqliteSync: 'full' | 'normal';
   logLevel: LogLevel;
   rateLimit: RateLimitConfig;
@@ -122,6 +124,7 @@ export interface ConfigInput {
   s2sTimeoutMs?: number | string | undefined;
   firstAttemptWaitMs?: number | string | undefined;
   syncIntervalMs?: number | string | undefined;
+  syncOnReturnMs?: number | string | undefined;
   sqliteSync?: string | undefined;
   logLevel?: string | undefined;
   rateLimit?: Partial<RateLimitConfig> | undefined;
@@ -170,6 +173,7 @@ export const CONFIG_DEFAULTS = {
   s2sTimeoutMs: 10_000,
   firstAttemptWaitMs: 3_000,
   syncIntervalMs: 21_600_000,
+  syncOnReturnMs: 10_000,
   sqliteSync: 'full',
   logLevel: 'info',
   rateLimit: { perSecond: 200, burst: 400 },
@@ -218,6 +222,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   's2sTimeoutMs',
   'firstAttemptWaitMs',
   'syncIntervalMs',
+  'syncOnReturnMs',
   'sqliteSync',
   'logLevel',
   'rateLimit',
@@ -310,6 +315,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     s2sTimeoutMs: int('s2sTimeoutMs', input.s2sTimeoutMs ?? d.s2sTimeoutMs, 1),
     firstAttemptWaitMs: int('firstAttemptWaitMs', input.firstAttemptWaitMs ?? d.firstAttemptWaitMs, 0),
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
+    syncOnReturnMs: int('syncOnReturnMs', input.syncOnReturnMs ?? d.syncOnReturnMs, 0),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
     rateLimit,

@@ -26,6 +26,7 @@ export const ENV_VARS = {
   SHINE_S2S_TIMEOUT_MS: 's2sTimeoutMs',
   SHINE_FIRST_ATTEMPT_WAIT_MS: 'firstAttemptWaitMs',
   SHINE_SYNC_INTERVAL_MS: 'syncIntervalMs',
+  SHINE_SYNC_ON_RETURN_MS: 'syncOnReturnMs',
   SHINE_WS_PING_INTERVAL_MS: 'wsPingIntervalMs',
   SHINE_SQLITE_SYNC: 'sqliteSync',
   SHINE_LOG_LEVEL: 'logLevel',

@@ -13,7 +13,7 @@ import { ShineError } from '../../protocol/errors.js';
 import { s2sSigningText } from '../../protocol/identity.js';
 import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
 import { answerSchema } from '../../protocol/ops.js';
-import type { Clock } from '../clock.js';
+import type { Clock, TimerHandle } from '../clock.js';
 import type { Logger } from '../log.js';
 import type { PeerCaller } from './peer-caller.js';
 
@@ -60,6 +60,8 @@ class PeerConnection {
   private retryAtMs = 0;
   private wasDown = false;
   private closed = false;
+  private probeTimer: TimerHandle | null = null;
+  private probeFailures = 0;
 
   constructor(
     private readonly peer: string,
@@ -98,9 +100,20 @@ class PeerConnection {
         return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
       return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect(deadline));
     }
+    return this.dial(false);
+  }
+
+  /**
+   * Opens the connection (this.ready while it runs). A call's failed dial moves the backoff calls wait
+   * out; a background probe's does not (it has its own), so probing never delays a call.
+   */
+  private dial(probe: boolean): Promise<void> {
+    const backoff = (failures: number): number =>
+      Math.min(this.deps.reconnectMaxMs ?? 30_000, (this.deps.reconnectMinMs ?? 100) * 2 ** (failures - 1));
     this.ready = this.open().then(
       () => {
         this.failures = 0;
+        this.probeFailures = 0;
         if (this.wasDown) {
           this.wasDown = false;
           this.deps.onPeerAlive?.(this.peer);
@@ -110,15 +123,27 @@ class PeerConnection {
         this.ready = null;
         this.ws?.terminate();
         this.ws = null;
-        this.failures++;
         this.wasDown = true;
-        const min = this.deps.reconnectMinMs ?? 100;
-        const max = this.deps.reconnectMaxMs ?? 30_000;
-        this.retryAtMs = this.deps.clock.now() + Math.min(max, min * 2 ** (this.failures - 1));
+        if (probe) this.probeFailures++;
+        else this.retryAtMs = this.deps.clock.now() + backoff(++this.failures);
+        this.probeLater(backoff(this.probeFailures + 1));
         throw err instanceof PeerUnavailableError ? err : new PeerUnavailableError(this.peer, String(err));
       },
     );
     return this.ready;
+  }
+
+  /**
+   * A connection that failed or dropped is dialled again in the background, with a backoff of its own,
+   * until it is back: so a peer's return is noticed (onPeerAlive) without waiting for the next call.
+   */
+  private probeLater(waitMs = 0): void {
+    if (this.closed || this.probeTimer) return;
+    this.probeTimer = this.deps.clock.setTimer(waitMs, () => {
+      this.probeTimer = null;
+      if (this.closed || this.ready) return;
+      this.dial(true).catch(() => {}); // a failure schedules the next probe
+    });
   }
 
   private async open(): Promise<void> {
@@ -200,6 +225,7 @@ class PeerConnection {
     this.channel = null;
     this.ready = null;
     this.wasDown = true;
+    this.probeLater();
   }
 
   /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
@@ -214,6 +240,7 @@ class PeerConnection {
 
   close(): void {
     this.closed = true;
+    this.probeTimer?.cancel();
     this.channel?.failAll('pool closed', true);
     this.ws?.terminate();
     this.ws = null;

@@ -10,9 +10,9 @@
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import { compareRevision, incomingKeyOf, outgoingKeyOf, parseSyncId, syncIdOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
+import type { OpAnswer, OpName, OpPayload, RepairStats } from '../../protocol/ops.js';
 import { MAX_DIGEST_BUCKETS, MAX_FETCH_KEYS, MAX_KEYS_ITEMS } from '../../protocol/ops.js';
-import { untilAborted } from '../background/queue.js';
+import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock } from '../clock.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
@@ -31,24 +31,12 @@ export interface AntiEntropyDeps {
   log: Logger;
   metrics: Metrics;
   /** The sync ops' check of the caller (the owner's other access server); answers the owner or throws. */
-  checkPeer(p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined }, s: Session): Promise<string>;
+  checkPeer(
+    p: { ownerLogin?: string | undefined; sourceServerLogin?: string | undefined },
+    s: Session,
+  ): Promise<string>;
   /** Verifies and stores rows like a sync page (silently; pairs get delivery rows); answers the syncIds stored. */
   storeRows(peer: string, owner: string, items: SyncItem[]): Promise<string[]>;
-}
-
-/** What one repair did, for the log, /metrics and POST /admin/repair. */
-export interface RepairStats {
-  /** Ranges whose digests were compared. */
-  rangesCompared: number;
-  /** Copies the peer holds that this server lacks or holds in an older revision. */
-  differences: number;
-  /** Copies this server holds that the peer lacks or holds older (the peer's own repair fetches them). */
-  peerBehind: number;
-  /** Copies fetched and stored. */
-  copiesRepaired: number;
-  /** Calls to the peer, and the JSON bytes of their payloads and answers. */
-  roundTrips: number;
-  bytes: number;
 }
 
 export const emptyRepairStats = (): RepairStats => ({
@@ -61,17 +49,17 @@ export const emptyRepairStats = (): RepairStats => ({
 });
 
 export function addRepairStats(into: RepairStats, add: RepairStats): void {
-  for (const k of Object.keys(into) as (keyof RepairStats)[]) into[k] += add[k];
+  for (const k of Object.keys(emptyRepairStats()) as (keyof RepairStats)[]) into[k] += add[k];
 }
 
 /** A range of at most this many copies (on either side) is compared key by key. */
 const LEAF_COPIES = 256;
 /** Buckets per split: about this many copies each, so most sub-ranges are leaves after one split. */
-const COPIES_PER_BUCKET = 64;
+const COPIES_PER_BUCKET = 128;
 /** The comparison covers message times up to this far past the clock (a copy's timeMs is never later). */
 const WINDOW_AHEAD_MS = 86_400_000;
-/** Leaves repaired at once. */
-const LEAF_CONCURRENCY = 4;
+/** Ranges split or listed at once. */
+const CONCURRENCY = 8;
 
 /**
  * Range i of a split of [from, to) into n: [from + ⌊i·w/n⌋, from + ⌊(i+1)·w/n⌋), w = to − from (exact for
@@ -100,7 +88,11 @@ export class AntiEntropy {
 
   constructor(private readonly deps: AntiEntropyDeps) {
     const m = deps.metrics;
-    this.compared = m.counter('repair_ranges_compared_total', 'Outbox time ranges whose digests anti-entropy compared', []);
+    this.compared = m.counter(
+      'repair_ranges_compared_total',
+      'Outbox time ranges whose digests anti-entropy compared',
+      [],
+    );
     this.differing = m.counter(
       'repair_differences_total',
       'Copies a peer held that this server lacked or held in an older revision, found by anti-entropy',
@@ -121,7 +113,14 @@ export class AntiEntropy {
   async digestOp(p: OpPayload<'DmDigest'>, s: Session): Promise<OpAnswer<'DmDigest'>> {
     const { owner, range } = await this.range(p, s);
     const buckets = await this.deps.store.replication.dmDigest(owner, splitRange(range, p.buckets));
-    return { items: buckets.map((b) => ({ ...rangeOf(b), count: b.count, xorSha256B64: toBase64(b.xor) })) };
+    return {
+      items: buckets.map((b) => ({
+        ...rangeOf(b),
+        count: b.count,
+        xorSha256B64: toBase64(b.xor),
+        ...(b.minTimeMs === null ? {} : { minTimeMs: b.minTimeMs, maxTimeMs: b.maxTimeMs! }),
+      })),
+    };
   }
 
   async keysOp(p: OpPayload<'DmKeys'>, s: Session): Promise<OpAnswer<'DmKeys'>> {
@@ -191,55 +190,79 @@ export class AntiEntropy {
   }
 
   private async repair(peer: string, owner: string, signal: AbortSignal, stats: RepairStats): Promise<void> {
-    const call = async <K extends OpName>(op: K, payload: OpPayload<K>): Promise<OpAnswer<K>> => {
+    const call: PeerCall = async (op, payload) => {
       const answer = await untilAborted(this.deps.peers.call(peer, op, payload), signal);
       stats.roundTrips++;
       stats.bytes += JSON.stringify(payload).length + JSON.stringify(answer).length;
       return answer;
     };
     /** Both sides' digests of range split into n; the sub-ranges that differ, with their larger count. */
-    const differing = async (range: TimeRange, n: number): Promise<{ range: TimeRange; copies: number }[]> => {
+    const differing = async (range: TimeRange, n: number): Promise<Differing[]> => {
       const ranges = splitRange(range, n);
       const [theirs, ours] = await Promise.all([
         call('DmDigest', { ownerLogin: owner, ...range, buckets: n }),
         this.deps.store.replication.dmDigest(owner, ranges),
       ]);
-      if (theirs.items.length !== n) throw new ShineError('INTERNAL', `DmDigest answered ${theirs.items.length} of ${n}`);
+      if (theirs.items.length !== n)
+        throw new ShineError('INTERNAL', `DmDigest answered ${theirs.items.length} of ${n}`);
       stats.rangesCompared += n;
       return ranges.flatMap((r, i) => {
         const t = theirs.items[i]!;
         const remote = { count: t.count, xor: fromBase64(t.xorSha256B64) ?? new Uint8Array(0) };
         const local: DigestBucket = ours[i]!;
-        return sameDigest(remote, local) ? [] : [{ range: r, copies: Math.max(remote.count, local.count) }];
+        if (sameDigest(remote, local)) return [];
+        return [{ range: narrowed(r, local, t), copies: Math.max(remote.count, local.count) }];
       });
     };
 
-    const now = this.deps.clock.now();
-    const work = await differing({ fromTimeMs: 0, toTimeMs: now + WINDOW_AHEAD_MS }, 1);
-    const lane = async (): Promise<void> => {
-      for (let next = work.pop(); next; next = work.pop()) {
-        const width = next.range.toTimeMs - next.range.fromTimeMs;
-        if (next.copies <= LEAF_COPIES || width <= 1) {
-          await this.repairLeaf(peer, owner, next.range, call, stats);
-          continue;
-        }
-        const n = Math.min(MAX_DIGEST_BUCKETS, width, Math.max(2, Math.ceil(next.copies / COPIES_PER_BUCKET)));
-        work.push(...(await differing(next.range, n)));
-      }
-    };
-    // Lanes stop when the queue is empty; one that finds it empty while another is still splitting is
-    // replaced after that split, so every pushed range is taken.
-    while (work.length > 0) await Promise.all(Array.from({ length: LEAF_CONCURRENCY }, lane));
+    // 1. Split what differs, level by level, down to ranges small enough to list.
+    const leaves: TimeRange[] = [];
+    let level = await differing({ fromTimeMs: 0, toTimeMs: this.deps.clock.now() + WINDOW_AHEAD_MS }, 1);
+    while (level.length > 0) {
+      const next: Differing[] = [];
+      await eachAtMost(CONCURRENCY, level, async ({ range, copies }) => {
+        const width = range.toTimeMs - range.fromTimeMs;
+        if (copies <= LEAF_COPIES || width <= 1) leaves.push(range);
+        else
+          next.push(
+            ...(await differing(
+              range,
+              Math.min(MAX_DIGEST_BUCKETS, width, Math.max(2, Math.ceil(copies / COPIES_PER_BUCKET))),
+            )),
+          );
+      });
+      level = next;
+    }
+    // 2. List the small ranges on both sides: the rows this server lacks or holds older.
+    const wanted: WantedRow[] = [];
+    await eachAtMost(CONCURRENCY, leaves, async (leaf) => {
+      wanted.push(...(await this.diffLeaf(peer, owner, leaf, call, stats)));
+    });
+    // 3. Fetch them in batches of whole rows, each batch stored while the next is fetched.
+    const batches: WantedRow[][] = [];
+    for (const row of wanted) {
+      const last = batches.at(-1);
+      if (last && last.reduce((n, r) => n + r.keys.length, 0) + row.keys.length <= MAX_FETCH_KEYS) last.push(row);
+      else batches.push([row]);
+    }
+    const fetchBatch = (rows: WantedRow[]) =>
+      call('DmFetch', { ownerLogin: owner, messageKeys: rows.flatMap((r) => r.keys) }).then((a) => ({ rows, a }));
+    let next = batches.length > 0 ? awaitedLater(fetchBatch(batches[0]!)) : null;
+    for (let i = 0; next; i++) {
+      const { rows, a } = await next;
+      next = i + 1 < batches.length ? awaitedLater(fetchBatch(batches[i + 1]!)) : null;
+      stats.copiesRepaired += await this.storeFetched(peer, owner, rows, a.items);
+    }
   }
 
-  /** Lists one small range's keys on both sides and fetches the rows whose copies this server lacks or holds older. */
-  private async repairLeaf(
+  /** One small range's keys on both sides: the peer's rows with a copy this server lacks or holds older. */
+  private async diffLeaf(
     peer: string,
     owner: string,
     range: TimeRange,
-    call: <K extends OpName>(op: K, payload: OpPayload<K>) => Promise<OpAnswer<K>>,
+    call: PeerCall,
     stats: RepairStats,
-  ): Promise<void> {
+  ): Promise<WantedRow[]> {
     const theirs = await call('DmKeys', { ownerLogin: owner, ...range });
     if (theirs.hasMore)
       this.deps.log.warn('anti-entropy: more copies in one range than DmKeys lists', { peer, owner, ...range });
@@ -253,46 +276,92 @@ export class AntiEntropy {
       const r = remote.get(key);
       if (!r || compareRevision(r, revision) < 0) stats.peerBehind++;
     }
+    const behind = (k: string): boolean => {
+      const mine = ours.get(k);
+      return !mine || compareRevision(mine, remote.get(k)!) < 0;
+    };
     // The peer's rows: a pair (both copies listed) under its outgoing key, else each copy alone.
     const rows = new Map<string, string[]>();
     for (const key of remote.keys()) {
       const pairKey = outgoingKeyOf(key);
       const isPair = pairKey !== null && remote.has(pairKey) && remote.has(incomingKeyOf(pairKey));
-      const primary = isPair ? pairKey : key;
-      rows.set(primary, isPair ? [incomingKeyOf(pairKey), pairKey] : [key]);
+      rows.set(isPair ? pairKey : key, isPair ? [incomingKeyOf(pairKey), pairKey] : [key]);
     }
-    const wanted = [...rows].filter(([, keys]) =>
-      keys.some((k) => {
-        const mine = ours.get(k);
-        return !mine || compareRevision(mine, remote.get(k)!) < 0;
-      }),
-    );
-    if (wanted.length === 0) return;
-    for (const [, keys] of wanted) stats.differences += keys.filter((k) => !sameRevision(ours.get(k), remote.get(k)!)).length;
-    const fetched = new Map<string, { blobB64: string; storedAtMs?: number | undefined }>();
-    const keys = wanted.flatMap(([, k]) => k);
-    for (let i = 0; i < keys.length; i += MAX_FETCH_KEYS) {
-      const answer = await call('DmFetch', { ownerLogin: owner, messageKeys: keys.slice(i, i + MAX_FETCH_KEYS) });
-      for (const item of answer.items) fetched.set(item.messageKey, item);
+    const wanted: WantedRow[] = [];
+    for (const [primary, keys] of rows) {
+      const differing = keys.filter(behind).length;
+      if (differing === 0) continue;
+      stats.differences += differing;
+      wanted.push({ primary, keys, revision: remote.get(primary)! });
     }
-    const now = this.deps.clock.now();
+    return wanted;
+  }
+
+  /** Stores fetched rows as pulled ones (a row the peer no longer holds whole is skipped); answers copies stored. */
+  private async storeFetched(
+    peer: string,
+    owner: string,
+    rows: WantedRow[],
+    got: OpAnswer<'DmFetch'>['items'],
+  ): Promise<number> {
+    const byKey = new Map(got.map((i) => [i.messageKey, i]));
     const items: SyncItem[] = [];
-    for (const [primary, copies] of wanted) {
-      const blobs = copies.map((k) => fetched.get(k));
-      if (blobs.some((b) => !b)) continue; // gone at the peer meanwhile (a delete): nothing to store
-      const revision = remote.get(primary)!;
+    for (const row of rows) {
+      const copies = row.keys.map((k) => byKey.get(k));
+      if (copies.some((c) => !c)) continue; // deleted at the peer meanwhile: nothing to store
       items.push({
-        syncId: syncIdOf(primary, revision.revisionTimeMs, revision.reencryptedAtMs),
-        primaryMessageKey: primary,
-        storedAtMs: blobs[0]!.storedAtMs ?? now,
-        blobsB64: blobs.map((b) => b!.blobB64),
+        syncId: syncIdOf(row.primary, row.revision.revisionTimeMs, row.revision.reencryptedAtMs),
+        primaryMessageKey: row.primary,
+        storedAtMs: copies[0]!.storedAtMs ?? this.deps.clock.now(),
+        blobsB64: copies.map((c) => c!.blobB64),
       });
     }
     const stored = new Set(await this.deps.storeRows(peer, owner, items));
-    for (const item of items) if (stored.has(item.syncId)) stats.copiesRepaired += item.blobsB64.length;
+    return items.filter((i) => stored.has(i.syncId)).reduce((n, i) => n + i.blobsB64.length, 0);
   }
+}
+
+type PeerCall = <K extends OpName>(op: K, payload: OpPayload<K>) => Promise<OpAnswer<K>>;
+
+/** A range whose digests differ, with the larger of its two counts. */
+interface Differing {
+  range: TimeRange;
+  copies: number;
+}
+
+/** A row of the peer's to fetch: its key, its copies' keys, its revision there. */
+interface WantedRow {
+  primary: string;
+  keys: string[];
+  revision: Revision;
+}
+
+/** Runs fn over items with at most n at a time. */
+async function eachAtMost<T>(n: number, items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) await fn(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(n, items.length) }, lane));
 }
 
 const rangeOf = (r: TimeRange): TimeRange => ({ fromTimeMs: r.fromTimeMs, toTimeMs: r.toTimeMs });
 
-const sameRevision = (a: Revision | undefined, b: Revision): boolean => !!a && compareRevision(a, b) === 0;
+/**
+ * A differing range cut down to where either side has copies, when the peer says where its are
+ * (minTimeMs/maxTimeMs), so the next split divides the copies rather than empty time.
+ */
+function narrowed(
+  range: TimeRange,
+  local: DigestBucket,
+  remote: { count: number; minTimeMs?: number | undefined; maxTimeMs?: number | undefined },
+): TimeRange {
+  if (remote.count > 0 && (remote.minTimeMs === undefined || remote.maxTimeMs === undefined)) return range;
+  const mins = [local.minTimeMs, remote.count > 0 ? remote.minTimeMs! : null].filter((t): t is number => t !== null);
+  const maxs = [local.maxTimeMs, remote.count > 0 ? remote.maxTimeMs! : null].filter((t): t is number => t !== null);
+  if (mins.length === 0) return range;
+  return {
+    fromTimeMs: Math.max(range.fromTimeMs, Math.min(...mins)),
+    toTimeMs: Math.min(range.toTimeMs, Math.max(...maxs) + 1),
+  };
+}

@@ -7,9 +7,9 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { DeliveryStatusItem, OpAnswer, SyncCycleSummary } from '../../protocol/ops.js';
+import type { DeliveryStatusItem, OpAnswer, RepairSummary, SyncCycleSummary } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
-import { untilAborted } from '../background/queue.js';
+import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
 import type { BulkVerifier } from '../crypto/verify-pool.js';
@@ -22,7 +22,7 @@ import type { Logger } from '../log.js';
 import type { Counter, Labels, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
 import type { StorePairInput, Store, SyncPageQuery } from '../store/types.js';
-import type { RepairStats, SyncItem } from './anti-entropy.js';
+import type { SyncItem } from './anti-entropy.js';
 import { addRepairStats, AntiEntropy, emptyRepairStats } from './anti-entropy.js';
 
 export interface ReplicationDeps {
@@ -96,8 +96,15 @@ const HOUR = 3_600_000;
 /** How often POST /admin/sync asks again for the replication lock another process holds. */
 const LOCK_RETRY_MS = 250;
 
+/** A peer's return starts at most one cycle with it per this long (docs/protocol.md §7). */
+const RETURN_DEBOUNCE_MS = 60_000;
+
 export class ReplicationService {
   private timer: TimerHandle | null = null;
+  private closed = false;
+  /** Cycles scheduled because a peer showed life again, by peer, and when the last one started. */
+  private readonly returnTimers = new Map<string, TimerHandle>();
+  private readonly lastReturnAtMs = new Map<string, number>();
   private running: Promise<SyncCycleSummary | null> | null = null;
   private readonly skipped: Counter;
   private readonly pulled: Counter;
@@ -251,7 +258,43 @@ export class ReplicationService {
 
   /** Stops scheduling; a running cycle ends at the background queue's abort, which shutdown sends first. */
   close(): void {
+    this.closed = true;
     this.timer?.cancel();
+    for (const t of this.returnTimers.values()) t.cancel();
+    this.returnTimers.clear();
+  }
+
+  /**
+   * A peer server showed life after failures (it connected to this server, or answered again after
+   * errors): a cycle with it starts within syncOnReturnMs — halfway, so signs close together (our dial and
+   * its own) make one cycle — and at most once a minute per peer, so a partition heals in seconds.
+   */
+  peerReturned(peer: string): void {
+    const { clock, config, background } = this.deps;
+    if (this.closed || config.serverLogin === 'local' || this.returnTimers.has(peer)) return;
+    const now = clock.now();
+    const last = this.lastReturnAtMs.get(peer);
+    const at = Math.max(
+      now + Math.floor(config.syncOnReturnMs / 2),
+      last === undefined ? 0 : last + RETURN_DEBOUNCE_MS,
+    );
+    this.returnTimers.set(
+      peer,
+      clock.setTimer(at - now, () => {
+        this.returnTimers.delete(peer);
+        if (this.closed) return;
+        this.lastReturnAtMs.set(peer, clock.now());
+        background.run('replication cycle on a peer’s return', { peer }, async () => {
+          // After a cycle running now, which may have met the peer while it was away.
+          while (this.running) await this.running.catch(() => null);
+          if (this.closed) return;
+          this.running = this.lockedCycle(peer).finally(() => {
+            this.running = null;
+          });
+          await this.running;
+        });
+      }),
+    );
   }
 
   /**
@@ -279,15 +322,16 @@ export class ReplicationService {
     return this.running;
   }
 
-  private async lockedCycle(): Promise<SyncCycleSummary | null> {
+  /** A cycle under the replication lock: with every peer, or with onlyPeer. */
+  private async lockedCycle(onlyPeer?: string): Promise<SyncCycleSummary | null> {
     const out: { summary: SyncCycleSummary | null } = { summary: null };
     await this.deps.store.processes.exclusively('replication', async () => {
-      out.summary = await this.cycle(this.deps.background.signal);
+      out.summary = await this.cycle(this.deps.background.signal, onlyPeer);
     });
     return out.summary;
   }
 
-  private async cycle(signal: AbortSignal): Promise<SyncCycleSummary> {
+  private async cycle(signal: AbortSignal, onlyPeer?: string): Promise<SyncCycleSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
     const summary: SyncCycleSummary = {
@@ -301,6 +345,7 @@ export class ReplicationService {
     };
     if (config.serverLogin === 'local') return summary;
     for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
+      if (onlyPeer !== undefined && peer !== onlyPeer) continue;
       summary.peers++;
       for (const owner of await store.directory.sharedUsers(config.serverLogin, peer)) {
         if (signal.aborted) break;
@@ -339,7 +384,9 @@ export class ReplicationService {
     const signal = this.deps.background.signal;
     if (config.serverLogin !== 'local') {
       for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
-        const owners = (await store.directory.sharedUsers(config.serverLogin, peer)).filter((o) => !owner || o === owner);
+        const owners = (await store.directory.sharedUsers(config.serverLogin, peer)).filter(
+          (o) => !owner || o === owner,
+        );
         if (owners.length > 0) summary.peers++;
         for (const o of owners) {
           if (signal.aborted) break;
@@ -457,10 +504,10 @@ export class ReplicationService {
       // request for page N+2, the first one sent after they committed. An empty page with acks still
       // owed is followed by one more request carrying them (which may bring rows committed meanwhile).
       const request = (acks: string[]) =>
-        fetched(
+        awaitedLater(
           fetchPage(after, acks).then((page) => {
             const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
-            return { page, items, checked: items.length > 0 ? fetched(storer.check(items)) : null };
+            return { page, items, checked: items.length > 0 ? awaitedLater(storer.check(items)) : null };
           }),
         );
       let acks: string[] = [];
@@ -611,27 +658,10 @@ export class ReplicationService {
   }
 }
 
-/** What POST /admin/repair answers: the repairs of each owner with each peer, added up. */
-export interface RepairSummary extends RepairStats {
-  peers: number;
-  owners: number;
-  errors: number;
-  durationMs: number;
-}
-
 /** A DM page that checkPage kept: its rows that verify, and the peer's delivery status of its pairs. */
 interface CheckedDmPage {
   decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[];
   remote: Map<string, DeliveryStatusItem>;
-}
-
-/**
- * A page request awaited later: marked handled now, so that if storing the page before it fails first
- * (and the pull ends), its own failure is not an unhandled rejection.
- */
-function fetched<T>(p: Promise<T>): Promise<T> {
-  p.catch(() => {});
-  return p;
 }
 
 const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));

@@ -285,7 +285,13 @@ export class DigestFold {
   private at = 0;
 
   constructor(ranges: readonly TimeRange[]) {
-    this.buckets = ranges.map((r) => ({ ...r, count: 0, xor: new Uint8Array(DIGEST_BYTES) }));
+    this.buckets = ranges.map((r) => ({
+      ...r,
+      count: 0,
+      xor: new Uint8Array(DIGEST_BYTES),
+      minTimeMs: null,
+      maxTimeMs: null,
+    }));
   }
 
   add(timeMs: number, copies: number, digest: Uint8Array): void {
@@ -294,6 +300,8 @@ export class DigestFold {
     if (!b || timeMs < b.fromTimeMs) return;
     b.count += copies;
     xorInto(b.xor, digest);
+    b.minTimeMs ??= timeMs; // rows come in ascending timeMs
+    b.maxTimeMs = timeMs;
   }
 }
 

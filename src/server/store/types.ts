@@ -186,6 +186,9 @@ export interface DigestBucket extends TimeRange {
   count: number;
   /** The xor of the copies' digests (32 zero bytes when empty). */
   xor: Uint8Array;
+  /** The earliest and latest message timeMs among them (null when empty). */
+  minTimeMs: number | null;
+  maxTimeMs: number | null;
 }
 
 /** An outbox row as DmKeys lists it: its copies follow from the key and their number (rules.outboxCopyKeys). */

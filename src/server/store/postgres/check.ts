@@ -3,7 +3,8 @@
  * index of the schema exists and is valid and ready (pg_index), and, where the amcheck extension is
  * installed, runs bt_index_check on each of them. The row checks are the shared queries of ../check-sql.ts.
  */
-import { packBlobs, unpackBlobs } from '../blobs.js';
+import { unpackBlobs } from '../blobs.js';
+import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
 import { CHECK_SQL } from '../check-sql.js';
 import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
@@ -133,24 +134,14 @@ export class PgCheckStore implements CheckStore {
   }
 
   async rewriteOutbox(row: OutboxRow): Promise<boolean> {
+    const values = outboxValues({ ...row, synced: false }).map((v) => (v instanceof Uint8Array ? Buffer.from(v) : v));
+    const params = values.map((_, i) => `$${i + 1}::${OUTBOX_PG_TYPES[i]}`).join(', ');
     const r = await this.db.query(
-      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
-       SELECT $1::text, $2::text, $3::text, $4::bigint, $5::bytea, false, $6::bigint, $7::int, $8::bytea
+      `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) SELECT ${params}
        WHERE EXISTS (SELECT 1 FROM signed_messages m
          WHERE m.message_key = $2 AND m.owner_login = $1 AND ${CHECK_SQL.syncIdOfCopy} = $3)
-       ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = false,
-         time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
-      [
-        row.owner,
-        row.primaryMessageKey,
-        row.syncId,
-        row.storedAtMs,
-        Buffer.from(packBlobs(row.blobs)),
-        row.timeMs,
-        row.blobs.length,
-        Buffer.from(row.digest),
-      ],
+       ${OUTBOX_ON_CONFLICT}`,
+      values,
     );
     return r.rowCount === 1;
   }

@@ -7,7 +7,7 @@ import type pg from 'pg';
 import type { Container } from '../../../protocol/container.js';
 import { ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
-import { packBlobs } from '../blobs.js';
+import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
 import type { MessageDbRow } from '../rows.js';
 import { deliveryRowValues, toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, CopyFacts, CopyPlan } from '../rules.js';
@@ -347,14 +347,9 @@ function outboxCte(q: Params, rows: (OutboxRow | null)[]): string | null {
   if (present.length === 0) return null;
   const tuples = present.map(
     (r) =>
-      `(${q.add(r.owner)}, ${q.add(r.primaryMessageKey)}, ${q.add(r.syncId)}, ${q.add(r.storedAtMs)}::bigint, ` +
-      `${q.add(bufferOf(packBlobs(r.blobs)))}::bytea, ${q.add(r.synced)}::boolean, ${q.add(r.timeMs)}::bigint, ` +
-      `${q.add(r.blobs.length)}::int, ${q.add(bufferOf(r.digest))}::bytea)`,
+      `(${outboxValues(r)
+        .map((v, i) => `${q.add(v instanceof Uint8Array ? bufferOf(v) : v)}::${OUTBOX_PG_TYPES[i]}`)
+        .join(', ')})`,
   );
-  return `ob AS (
-    INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
-    VALUES ${tuples.join(', ')}
-    ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-      stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced,
-      time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest)`;
+  return `ob AS (INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES ${tuples.join(', ')} ${OUTBOX_ON_CONFLICT})`;
 }

@@ -1,9 +1,10 @@
 /** The check area on SQLite (`shine check`): PRAGMA integrity_check, and the shared queries of ../check-sql.ts. */
-import { packBlobs, unpackBlobs } from '../blobs.js';
+import { unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
 import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
-import { SqliteArea } from './db.js';
+import { SqliteArea, sqliteValues } from './db.js';
+import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, outboxValues } from '../outbox-sql.js';
 
 export class SqliteCheckStore extends SqliteArea implements CheckStore {
   async integrity(): Promise<IntegrityReport> {
@@ -92,25 +93,12 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
     return this.db.write(
       () =>
         this.sql(
-          `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
-           SELECT ?, ?, ?, ?, ?, 0, ?, ?, ? WHERE EXISTS (SELECT 1 FROM signed_messages m
+          `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
+           WHERE EXISTS (SELECT 1 FROM signed_messages m
              WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?)
-           ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-             stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = 0,
-             time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
-        ).run(
-          row.owner,
-          row.primaryMessageKey,
-          row.syncId,
-          row.storedAtMs,
-          packBlobs(row.blobs),
-          row.timeMs,
-          row.blobs.length,
-          row.digest,
-          row.primaryMessageKey,
-          row.owner,
-          row.syncId,
-        ).changes === 1,
+           ${OUTBOX_ON_CONFLICT}`,
+        ).run(...sqliteValues(outboxValues({ ...row, synced: false })), row.primaryMessageKey, row.owner, row.syncId)
+          .changes === 1,
     );
   }
 }

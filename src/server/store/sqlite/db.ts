@@ -148,3 +148,7 @@ export abstract class SqliteArea {
     return this.db.sql(text);
   }
 }
+
+/** Statement parameters as SQLite stores them: booleans as 0/1. */
+export const sqliteValues = (values: readonly unknown[]): unknown[] =>
+  values.map((v) => (typeof v === 'boolean' ? Number(v) : v));

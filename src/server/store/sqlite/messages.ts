@@ -4,7 +4,6 @@
  */
 import type { Container } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
-import { packBlobs } from '../blobs.js';
 import type { MessageDbRow } from '../rows.js';
 import { toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, StoredRevision } from '../rules.js';
@@ -21,7 +20,8 @@ import type {
   OutboxRow,
 } from '../types.js';
 import type { SqliteDb } from './db.js';
-import { SqliteArea } from './db.js';
+import { SqliteArea, sqliteValues } from './db.js';
+import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, outboxValues } from '../outbox-sql.js';
 import { deliveryStateOf, startDeliveryTx } from './delivery.js';
 
 /** The revision and storedAtMs of owner's stored copy messageKey, or null; also read by the devices area. */
@@ -185,22 +185,8 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
   private upsertOutbox(row: OutboxRow | null): void {
     if (!row) return;
     this.sql(
-      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms, copies, digest)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (owner_login, primary_message_key) DO UPDATE SET sync_id = excluded.sync_id,
-         stored_at_ms = excluded.stored_at_ms, blobs = excluded.blobs, synced = excluded.synced,
-         time_ms = excluded.time_ms, copies = excluded.copies, digest = excluded.digest`,
-    ).run(
-      row.owner,
-      row.primaryMessageKey,
-      row.syncId,
-      row.storedAtMs,
-      packBlobs(row.blobs),
-      row.synced ? 1 : 0,
-      row.timeMs,
-      row.blobs.length,
-      row.digest,
-    );
+      `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${OUTBOX_ON_CONFLICT}`,
+    ).run(...sqliteValues(outboxValues(row)));
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {
