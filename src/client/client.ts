@@ -7,8 +7,10 @@ import {
   ContainerError,
   baseKeyOf,
   decodeContainer,
+  incomingKeyOf,
   messageKeyOf,
   ownerOf,
+  parseMessageKey,
   verifyContainer,
 } from '../protocol/container.js';
 import type { ErrorCode } from '../protocol/errors.js';
@@ -27,10 +29,13 @@ import type {
   OpAnswer,
   PairAnswer,
 } from '../protocol/ops.js';
+import { containerSha256B64 } from '../protocol/receipt.js';
 import { callAad, decryptBody, encryptBody, settingAad } from './e2e.js';
 import type { Identity } from './identity.js';
 import type { BuiltPair, CopyContent, MessageRef } from './pairs.js';
 import { contentOf, deleteConversationPair, deleteMessagePair, editTextPair, receiptPair, textPair } from './pairs.js';
+import type { DeliveredCopy, DeliveryVerdict, ProofSources, Verdict } from './proofs.js';
+import { checkDeliveryProof, unverified } from './proofs.js';
 
 /** The part of the WebSocket API the client uses; the browser's WebSocket and ws's both fit. */
 export interface WebSocketLike {
@@ -80,11 +85,42 @@ export type EventPayload<K extends string> = K extends keyof KnownEvents ? Known
 /** A pair the server accepted, with what is needed to edit or delete it later. */
 export type SentPair = PairAnswer & MessageRef & { revisionTimeMs: number };
 
-/** A verified (and, for text, decrypted) copy. */
-export type OpenedMessage = { container: Container; messageKey: string; baseKey: string } & CopyContent;
+/** A verified (and, for text, decrypted) copy; signedBy is the login whose profile key verified it. */
+export type OpenedMessage = {
+  container: Container;
+  messageKey: string;
+  baseKey: string;
+  signedBy: string;
+} & CopyContent;
 
-/** A history item with its text; problem says why a copy could not be opened (text is then null). */
-export type HistoryEntry = HistoryItem & { text: string | null; problem: string | null };
+/**
+ * A copy from a DirectMessage event, with what it proves (decision 37): a read receipt, a peer's message or
+ * a delete is verified by its author's signature; the own text copy (type 2) proves no delivery yet.
+ */
+export type OpenedEvent = OpenedMessage & Verdict;
+
+/**
+ * A history item with its text; problem says why a copy could not be opened (text is then null).
+ * verified (decision 37): type 2, its delivery proof checked out (proof, hashChecked: decision 36);
+ * type 1, the peer's signature. readAtMs is the server's word, never verified here (decision 38).
+ */
+export type HistoryEntry = Omit<HistoryItem, 'deliveryProof'> & {
+  text: string | null;
+  problem: string | null;
+} & DeliveryVerdict;
+
+/** A DmDeliveryStateChanged event with the SDK's verdict on its proof. */
+export type CheckedDeliveryEvent = DeliveryStateChangedEvent & DeliveryVerdict;
+
+/** What this connection remembers of an own text copy, to check proofs of it (decision 36). */
+interface KnownCopy {
+  revisionTimeMs: number;
+  reencryptedAtMs: number;
+  incomingSha256B64: string | null;
+}
+
+/** Own text copies remembered per connection (the oldest is forgotten first). */
+const MAX_KNOWN_COPIES = 2_000;
 
 export interface HistoryPage {
   items: HistoryEntry[];
@@ -135,6 +171,14 @@ export class ShineClient {
   private readonly listeners = new Map<string, Set<Listener>>();
   /** Profiles by login; promises so concurrent look-ups share one request. */
   private readonly profiles = new Map<string, Promise<UserProfile>>();
+  /** Verified server descriptors by serverLogin, shared like profiles. */
+  private readonly descriptors = new Map<string, Promise<ServerDescriptor>>();
+  /** Own text copies by outgoingKey: the newest revision seen, and its incoming hash when built here. */
+  private readonly knownCopies = new Map<string, KnownCopy>();
+  private readonly proofSources: ProofSources = {
+    accessServersOf: async (login) => (await this.getProfile(login)).accessServers,
+    descriptorOf: (serverLogin) => this.getServerDescriptor(serverLogin),
+  };
   private readonly now: () => number;
   private isClosed = false;
   private identity: Identity | null = null;
@@ -263,6 +307,23 @@ export class ShineClient {
     return fetched;
   }
 
+  /**
+   * A server's descriptor as the connected server pinned it (GetServerDescriptor, docs/protocol.md §13.1),
+   * cached for the connection; its self-signature and login are checked, a failure is not cached.
+   */
+  getServerDescriptor(serverLogin: string): Promise<ServerDescriptor> {
+    const cached = this.descriptors.get(serverLogin);
+    if (cached) return cached;
+    const fetched = this.request('GetServerDescriptor', { serverLogin }).then(({ descriptor }) => {
+      if (descriptor.serverLogin !== serverLogin || !verifyDescriptor(descriptor))
+        throw new ShineClientError('BAD_PROFILE', 0, `descriptor of ${serverLogin} does not verify`);
+      return descriptor;
+    });
+    this.descriptors.set(serverLogin, fetched);
+    fetched.catch(() => this.descriptors.get(serverLogin) === fetched && this.descriptors.delete(serverLogin));
+    return fetched;
+  }
+
   private me(): Identity {
     if (!this.identity) throw new ShineClientError('NOT_LOGGED_IN', 0, 'login() first');
     return this.identity;
@@ -282,7 +343,13 @@ export class ShineClient {
       incomingBlobB64: pair.incomingBlobB64,
       outgoingBlobB64: pair.outgoingBlobB64,
     });
-    const { fromLogin, toLogin, timeMs, nonce, revisionTimeMs } = pair.outgoing;
+    const { fromLogin, toLogin, timeMs, nonce, revisionTimeMs, reencryptedAtMs } = pair.outgoing;
+    if (pair.outgoing.messageType === 2)
+      this.rememberCopy(answer.outgoingKey, {
+        revisionTimeMs,
+        reencryptedAtMs,
+        incomingSha256B64: containerSha256B64(pair.incoming.bytes),
+      });
     return { ...answer, fromLogin, toLogin, timeMs, nonce, revisionTimeMs };
   }
 
@@ -340,15 +407,96 @@ export class ShineClient {
       c.fromLogin === me.login ? me.signPublicKey : fromBase64((await this.getProfile(c.fromLogin)).signKeyB64);
     if (!signKey || !verifyContainer(c, signKey))
       throw new ShineClientError('BAD_SIGNATURE', 0, `${messageKeyOf(c)} is not signed by ${c.fromLogin}`);
-    return { container: c, messageKey: messageKeyOf(c), baseKey: baseKeyOf(c), ...contentOf(c, me.encSecretKey) };
+    return {
+      container: c,
+      messageKey: messageKeyOf(c),
+      baseKey: baseKeyOf(c),
+      signedBy: c.fromLogin,
+      ...contentOf(c, me.encSecretKey),
+    };
   }
 
-  /** Opens the copy a DirectMessage event carries, checking it is the copy the event names. */
-  async decryptEvent(event: DirectMessageEvent): Promise<OpenedMessage> {
+  /**
+   * Opens the copy a DirectMessage event carries, checking it is the copy the event names. It throws when
+   * the copy is not signed by its fromLogin's current profile key, so a read receipt it returns is signed
+   * by the reader (decision 37).
+   */
+  async decryptEvent(event: DirectMessageEvent): Promise<OpenedEvent> {
     const opened = await this.open(event.blobB64);
     if (opened.messageKey !== event.messageKey)
       throw new ShineClientError('BAD_BLOB', 0, `event names ${event.messageKey} but carries ${opened.messageKey}`);
-    return opened;
+    const c = opened.container;
+    if (c.messageType !== 2) return { ...opened, verified: true, whyUnverified: null };
+    this.rememberCopy(opened.messageKey, { ...c, incomingSha256B64: null });
+    return { ...opened, verified: false, whyUnverified: 'not delivered yet' };
+  }
+
+  /** Remembers the newest revision of an own text copy; the incoming hash stays known for its revision. */
+  private rememberCopy(outgoingKey: string, copy: KnownCopy): void {
+    const old = this.knownCopies.get(outgoingKey);
+    if (old) {
+      const order = old.revisionTimeMs - copy.revisionTimeMs || old.reencryptedAtMs - copy.reencryptedAtMs;
+      if (order > 0) return;
+      if (order === 0) copy = { ...copy, incomingSha256B64: copy.incomingSha256B64 ?? old.incomingSha256B64 };
+      this.knownCopies.delete(outgoingKey);
+    }
+    this.knownCopies.set(outgoingKey, {
+      revisionTimeMs: copy.revisionTimeMs,
+      reencryptedAtMs: copy.reencryptedAtMs,
+      incomingSha256B64: copy.incomingSha256B64,
+    });
+    if (this.knownCopies.size > MAX_KNOWN_COPIES) this.knownCopies.delete(this.knownCopies.keys().next().value!);
+  }
+
+  /** The copy a proof for outgoingKey at this revision must name; null for a key that is no own text copy. */
+  private deliveredCopy(outgoingKey: string, revision: Omit<KnownCopy, 'incomingSha256B64'>): DeliveredCopy | null {
+    const parsed = parseMessageKey(outgoingKey);
+    if (!parsed || parsed.messageType !== 2) return null;
+    const known = this.knownCopies.get(outgoingKey);
+    const sameRevision =
+      known?.revisionTimeMs === revision.revisionTimeMs && known.reencryptedAtMs === revision.reencryptedAtMs;
+    return {
+      incomingKey: incomingKeyOf(outgoingKey),
+      toLogin: parsed.toLogin,
+      revisionTimeMs: revision.revisionTimeMs,
+      reencryptedAtMs: revision.reencryptedAtMs,
+      incomingSha256B64: sameRevision ? known.incomingSha256B64 : null,
+    };
+  }
+
+  /**
+   * Checks the proof a DmDeliveryStateChanged event carries against the newest revision of that message
+   * this connection has seen (sent, in history, or from a DirectMessage event); never throws.
+   */
+  async checkDeliveryEvent(event: DeliveryStateChangedEvent): Promise<CheckedDeliveryEvent> {
+    const verdict = async (): Promise<DeliveryVerdict> => {
+      if (event.deliveryState !== 'delivered') return unverified(`it is ${event.deliveryState}, not delivered`);
+      const known = this.knownCopies.get(event.outgoingKey);
+      const copy = known && this.deliveredCopy(event.outgoingKey, known);
+      if (!copy) return unverified('this device has not seen that message');
+      return checkDeliveryProof(event.deliveryProof, copy, this.proofSources);
+    };
+    return { ...event, ...(await verdict()) };
+  }
+
+  /**
+   * The verdict on a pair this client sent, from its history item (the pair answer carries no proof):
+   * for a `delivered` answer, whose proof is then in GetDirectMessages. Rejects only when the request fails.
+   */
+  async checkSent(sent: SentPair): Promise<DeliveryVerdict> {
+    // The cursor just above the outgoing key (`…|2` → `…|3`) makes that copy the first item of the page.
+    const cut = sent.outgoingKey.lastIndexOf('|');
+    const above = `${sent.outgoingKey.slice(0, cut)}|${Number(sent.outgoingKey.slice(cut + 1)) + 1}`;
+    const page = await this.request('GetDirectMessages', {
+      peerLogin: sent.toLogin,
+      beforeTimeMs: sent.timeMs,
+      beforeMessageKey: above,
+      limit: 1,
+    });
+    const item = page.items[0];
+    if (!item || item.messageKey !== sent.outgoingKey) return unverified('the message is not in the history');
+    const { verified, whyUnverified, proof, hashChecked } = await this.historyEntry(item);
+    return { verified, whyUnverified, proof, hashChecked };
   }
 
   /** One page of the dialog with peer, newest first, texts decrypted. */
@@ -362,21 +510,36 @@ export class ShineClient {
       beforeMessageKey: options.before?.messageKey ?? '',
       ...(options.limit === undefined ? {} : { limit: options.limit }),
     });
-    const items = await Promise.all(
-      page.items.map(async (item): Promise<HistoryEntry> => {
-        try {
-          const opened = await this.open(item.blobB64);
-          return { ...item, text: opened.kind === 'text' ? opened.text : null, problem: null };
-        } catch (err) {
-          return { ...item, text: null, problem: err instanceof Error ? err.message : String(err) };
-        }
-      }),
-    );
+    const items = await Promise.all(page.items.map((item) => this.historyEntry(item)));
     return {
       items,
       hasMore: page.hasMore,
       next: page.hasMore ? { timeMs: page.nextBeforeTimeMs, messageKey: page.nextBeforeMessageKey } : null,
     };
+  }
+
+  /** Opens one history item and checks what it proves (decisions 36–38). */
+  private async historyEntry(item: HistoryItem): Promise<HistoryEntry> {
+    const { deliveryProof, ...rest } = item;
+    let opened: OpenedMessage;
+    try {
+      opened = await this.open(item.blobB64);
+      if (opened.messageKey !== item.messageKey) throw new Error(`the item names ${item.messageKey}`);
+    } catch (err) {
+      const problem = err instanceof Error ? err.message : String(err);
+      return { ...rest, text: null, problem, ...unverified(problem) };
+    }
+    const text = opened.kind === 'text' ? opened.text : null;
+    const c = opened.container;
+    if (c.messageType !== 2)
+      return { ...rest, text, problem: null, verified: true, whyUnverified: null, proof: null, hashChecked: false };
+    this.rememberCopy(item.messageKey, { ...c, incomingSha256B64: null });
+    const copy = this.deliveredCopy(item.messageKey, c);
+    const verdict =
+      item.deliveryState !== 'delivered'
+        ? unverified(`it is ${item.deliveryState ?? 'accepted'}, not delivered`)
+        : await checkDeliveryProof(deliveryProof, copy!, this.proofSources);
+    return { ...rest, text, problem: null, ...verdict };
   }
 
   /** The user's dialogs, newest first. */

@@ -1,8 +1,18 @@
 /** The web client's chat model: the tick rules of docs/web-client.md and idempotent merging of events and pages. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { ChatMessage } from '../../web/src/chat.js';
-import { ChatLog, TICK_TEXT, parseBaseKey, tickOf } from '../../web/src/chat.js';
+import type { ChatMessage, Evidence } from '../../web/src/chat.js';
+import {
+  ChatLog,
+  TICK_TEXT,
+  deliveryEvidence,
+  evidenceOf,
+  explainTick,
+  parseBaseKey,
+  reportedRead,
+  signedRead,
+  tickOf,
+} from '../../web/src/chat.js';
 
 const mine = (over: Partial<ChatMessage> = {}): ChatMessage => ({
   baseKey: 'alice|bob|1000|7',
@@ -16,6 +26,8 @@ const mine = (over: Partial<ChatMessage> = {}): ChatMessage => ({
   revisionTimeMs: 0,
   deliveryState: 'accepted',
   readAtMs: null,
+  delivery: null,
+  read: null,
   ...over,
 });
 
@@ -85,5 +97,84 @@ describe('ChatLog', () => {
       [3000],
     );
     assert.equal(log.removeThrough(1000), false);
+  });
+});
+
+describe('verified ticks', () => {
+  const key = 'alice|bob|1000|7';
+  const time = (ms: number) => `t${ms}`;
+  const proof = {
+    serverLogin: 'srv-b1',
+    messageKey: 'alice|bob|1000|7|1',
+    revisionTimeMs: 0,
+    reencryptedAtMs: 0,
+    storedAtMs: 1203,
+    containerSha256B64: '',
+    signatureB64: '',
+  };
+  const signed: Evidence = deliveryEvidence({ verified: true, whyUnverified: null, proof, hashChecked: true });
+  const unsigned: Evidence = deliveryEvidence({
+    verified: false,
+    whyUnverified: 'no proof came with it',
+    proof: null,
+    hashChecked: false,
+  });
+
+  it('explain a delivered tick: signed by the recipient’s server, unverified with the reason, or still checking', () => {
+    const delivered = mine({ deliveryState: 'delivered' });
+    assert.equal(
+      explainTick({ ...delivered, delivery: signed }, time),
+      "Signed by bob's server srv-b1 at t1203: it stored this exact message",
+    );
+    assert.equal(
+      explainTick({ ...delivered, delivery: { ...signed, exact: false } }, time),
+      "Signed by bob's server srv-b1 at t1203: it stored this message",
+    );
+    assert.equal(
+      explainTick({ ...delivered, delivery: unsigned }, time),
+      "Delivered, but no proof from bob's server could be checked: no proof came with it",
+    );
+    assert.equal(explainTick(delivered, time), "Delivered; checking the proof from bob's server…");
+    assert.equal(explainTick(mine(), time), null, 'a sent tick has nothing to explain');
+    assert.equal(explainTick(mine({ deliveryState: 'failed' }), time), null);
+    assert.equal(evidenceOf({ ...delivered, delivery: signed }), signed);
+    assert.equal(evidenceOf(mine()), undefined);
+  });
+
+  it('explain a read tick: signed by the reader, or only the server’s word (history)', () => {
+    const read = mine({ deliveryState: 'delivered', readAtMs: 1500, delivery: signed });
+    assert.equal(
+      explainTick({ ...read, read: signedRead('bob', 1500) }, time),
+      "Read by bob at t1500, signed by bob. Signed by bob's server srv-b1 at t1203: it stored this exact message",
+    );
+    assert.equal(
+      explainTick({ ...read, delivery: null, read: reportedRead('bob', 1500) }, time),
+      "Read by bob at t1500, not signed: the server reports it; bob's signed receipt has not reached this device",
+    );
+    assert.equal(evidenceOf({ ...read, read: signedRead('bob', 1500) })?.verified, true);
+  });
+
+  it('a verified delivery or read is not given up for a weaker one, and the same evidence changes nothing', () => {
+    const log = new ChatLog();
+    log.upsert(mine({ deliveryState: 'delivered' }));
+    assert.equal(log.setDelivery(key, 0, unsigned), true);
+    assert.equal(log.setDelivery(key, 0, { ...unsigned }), false, 'equal evidence is no change');
+    assert.equal(log.setDelivery(key, 5, signed), false, 'a proof for another revision is ignored');
+    assert.equal(log.setDelivery(key, 0, signed), true);
+    assert.equal(log.setDelivery(key, 0, unsigned), false);
+    assert.equal(
+      log.upsert(mine({ deliveryState: 'delivered', delivery: unsigned })),
+      false,
+      'a page does not undo it',
+    );
+    assert.equal(log.get(key)?.delivery?.verified, true);
+    // A read from history, then the signed receipt live: the receipt backs the same read time.
+    assert.equal(log.markRead(key, 1500, reportedRead('bob', 1500)), true);
+    assert.equal(log.markRead(key, 1600, signedRead('bob', 1600)), true);
+    assert.deepEqual([log.get(key)?.readAtMs, log.get(key)?.read?.verified], [1500, true]);
+    assert.equal(log.markRead(key, 1500, reportedRead('bob', 1500)), false);
+    // An edit needs a proof of its own; the read stays.
+    assert.equal(log.upsert(mine({ text: 'hi!', revisionTimeMs: 2000, deliveryState: 'accepted' })), true);
+    assert.deepEqual([log.get(key)?.delivery, log.get(key)?.read?.verified], [null, true]);
   });
 });

@@ -1,7 +1,7 @@
 /** One open chat: history (older pages while scrolling up), ticks, read receipts on view, the composer. */
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import type { ChatMessage, Tick } from './chat.js';
-import { TICK_TEXT, tickOf } from './chat.js';
+import { TICK_TEXT, evidenceOf, explainTick, formatClock, tickOf } from './chat.js';
 import type { Messenger, OpenChat } from './messenger.js';
 
 /** A message counts as shown when half of it (or half of the visible area, for a tall one) is in view. */
@@ -182,23 +182,38 @@ function ConfirmBar(props: { peer: string; onConfirm: () => Promise<void>; onCan
   );
 }
 
-const clock = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
-
 function MessageItem({ m, onEdit, onDelete }: { m: ChatMessage; onEdit: () => void; onDelete: () => void }) {
   const tick = tickOf(m);
+  const evidence = evidenceOf(m);
+  const explanation = explainTick(m);
+  const [explained, setExplained] = useState(false);
   return (
     <li
       class={m.mine ? 'msg mine' : 'msg theirs'}
       data-delivery-state={tick ?? undefined}
+      data-verified={evidence === undefined ? undefined : String(evidence?.verified === true)}
       data-base-key={m.baseKey}
       data-unread={!m.mine && m.readAtMs === null ? '' : undefined}
     >
       <p class="text">{m.text ?? <em>This message could not be opened ({m.problem}).</em>}</p>
       <span class="meta">
         {m.revisionTimeMs > 0 && <span class="edited">edited</span>}
-        <time dateTime={new Date(m.timeMs).toISOString()}>{clock.format(m.timeMs)}</time>
-        {tick && <Ticks tick={tick} />}
+        <time dateTime={new Date(m.timeMs).toISOString()}>{formatClock(m.timeMs)}</time>
+        {tick && (
+          <Ticks
+            tick={tick}
+            verified={evidence?.verified === true}
+            explanation={explanation}
+            expanded={explained}
+            onToggle={() => setExplained(!explained)}
+          />
+        )}
       </span>
+      {explained && explanation !== null && (
+        <span class="proof-note" role="note">
+          {explanation}
+        </span>
+      )}
       <span class="actions">
         {m.mine && m.text !== null && (
           <button type="button" class="link" onClick={onEdit}>
@@ -213,13 +228,39 @@ function MessageItem({ m, onEdit, onDelete }: { m: ChatMessage; onEdit: () => vo
   );
 }
 
-/** The seed's ticks: ✓ grey (accepted), ✓ light (delivered), ✓✓ (read), red ! (failed). */
-function Ticks({ tick }: { tick: Tick }) {
+/**
+ * The seed's ticks: ✓ grey (accepted), ✓ light (delivered), ✓✓ (read), red ! (failed). A delivered or
+ * read tick is a button: filled when a signature backs it, outlined when not; its title (hover) and a
+ * tap say why (docs/web-client.md, "Verified ticks").
+ */
+function Ticks(props: {
+  tick: Tick;
+  verified: boolean;
+  explanation: string | null;
+  expanded: boolean;
+  onToggle: () => void;
+}) {
+  const { tick, verified, explanation } = props;
+  const icon = <span aria-hidden="true">{tick === 'failed' ? '!' : tick === 'read' ? '✓✓' : '✓'}</span>;
+  if (explanation === null)
+    return (
+      <span class={`ticks ${tick}`}>
+        {icon}
+        <span class={tick === 'failed' ? 'failed-text' : 'sr-only'}>{TICK_TEXT[tick]}</span>
+      </span>
+    );
   return (
-    <span class={`ticks ${tick}`}>
-      <span aria-hidden="true">{tick === 'failed' ? '!' : tick === 'read' ? '✓✓' : '✓'}</span>
-      <span class={tick === 'failed' ? 'failed-text' : 'sr-only'}>{TICK_TEXT[tick]}</span>
-    </span>
+    <button
+      type="button"
+      class={`ticks ${tick} ${verified ? 'verified' : 'unverified'}`}
+      title={explanation}
+      aria-label={`${TICK_TEXT[tick]}, ${verified ? 'verified' : 'not verified'}`}
+      aria-expanded={props.expanded}
+      onClick={props.onToggle}
+    >
+      {icon}
+      <span class="sr-only">{TICK_TEXT[tick]}</span>
+    </button>
   );
 }
 

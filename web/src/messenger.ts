@@ -15,12 +15,13 @@ import {
   createIdentity,
   fetchServerDescriptor,
   makeProfile,
+  unverified,
 } from '../../src/client/index.js';
 import { isValidLogin } from '../../src/protocol/login.js';
 import type { CallState } from './calls.js';
 import { CallController, decodeValue, encodeValue } from './calls.js';
 import type { ChatMessage } from './chat.js';
-import { ChatLog, fromHistory, parseBaseKey } from './chat.js';
+import { ChatLog, deliveryEvidence, fromHistory, parseBaseKey, signedRead } from './chat.js';
 import { currentSubscription, subscribePush, subscriptionFields } from './notifications.js';
 import type { Account } from './vault.js';
 import { newDeviceId } from './vault.js';
@@ -315,11 +316,18 @@ export class Messenger {
           revisionTimeMs: c.revisionTimeMs,
           deliveryState: mine ? 'accepted' : null,
           readAtMs: null,
+          delivery: null,
+          read: null,
         });
         break;
       }
       case 'receipt':
-        changed = log.markRead(opened.targetBaseKey, opened.readAtMs);
+        // decryptEvent checked the receipt's signature against the reader's profile key.
+        changed = log.markRead(
+          opened.targetBaseKey,
+          opened.readAtMs,
+          opened.verified ? signedRead(opened.signedBy, opened.readAtMs) : null,
+        );
         break;
       case 'deleteMessage':
         changed = log.remove(opened.targetBaseKey);
@@ -332,7 +340,16 @@ export class Messenger {
   }
 
   private onDeliveryState(ev: DeliveryStateChangedEvent): void {
-    if (this.state.chat?.log.setDeliveryState(ev.baseKey, ev.deliveryState)) this.chatChanged();
+    const log = this.state.chat?.log;
+    if (!log) return;
+    if (log.setDeliveryState(ev.baseKey, ev.deliveryState)) this.chatChanged();
+    if (ev.deliveryState !== 'delivered' || !this.client) return;
+    // The SDK checks the proof against the revision it has seen of that message.
+    const revision = log.get(ev.baseKey)?.revisionTimeMs;
+    void this.client.checkDeliveryEvent(ev).then((checked) => {
+      if (revision !== undefined && log.setDelivery(ev.baseKey, revision, deliveryEvidence(checked)))
+        this.chatChanged();
+    });
   }
 
   private ack(messageKey: string): void {
@@ -409,9 +426,22 @@ export class Messenger {
       revisionTimeMs: sent.revisionTimeMs,
       deliveryState: sent.deliveryState,
       readAtMs: null,
+      delivery: null,
+      read: null,
     });
     if (changed) this.chatChanged();
     this.scheduleRefresh();
+    // The answer carries no proof: a pair delivered at once has it in its history item.
+    if (log && sent.deliveryState === 'delivered' && this.client)
+      void this.client.checkSent(sent).then(
+        (verdict) => {
+          if (log.setDelivery(sent.baseKey, sent.revisionTimeMs, deliveryEvidence(verdict))) this.chatChanged();
+        },
+        (err: unknown) => {
+          const why = `its history item could not be read (${describeError(err)})`;
+          if (log.setDelivery(sent.baseKey, sent.revisionTimeMs, deliveryEvidence(unverified(why)))) this.chatChanged();
+        },
+      );
   }
 
   async send(text: string): Promise<void> {
