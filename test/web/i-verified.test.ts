@@ -34,7 +34,6 @@ async function explanation(page: Page, text: string, name: string): Promise<stri
   return said;
 }
 
-
 /** What alice's delivered tick should say: its name, the exact tap note, and the delivery sentence later. */
 interface DeliveryExpectation {
   name: 'Delivered, verified' | 'Delivered, not verified';
