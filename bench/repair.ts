@@ -24,7 +24,8 @@ import type { RepairSummary } from '../src/protocol/ops.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { ServerProcess } from '../test/helpers/server-process.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
-import { ADMIN_TOKEN, adminCall, pairOf, seedFor } from '../test/helpers/replication.js';
+import { ADMIN_TOKEN, adminCall, metricValue, pairOf, seedFor } from '../test/helpers/replication.js';
+import { waitUntil } from '../test/helpers/wait.js';
 import { machine } from './lib/machine.js';
 
 const REPAIR_COPIES = Number(process.env.BENCH_REPAIR_COPIES ?? 200_000);
@@ -124,6 +125,8 @@ async function startBoth(dirs: [string, string]): Promise<[ServerProcess, Server
   });
   const restored = await startServerProcess({ port: p2, env: env(S2, dirs[1], S1, p1) });
   const keeper = await startServerProcess({ port: p1, env: env(S1, dirs[0], S2, p2) });
+  // The keeper's start-up cycle (a pull and a repair of its own) is over before anything is measured.
+  await waitUntil(async () => (await metricValue(keeper.httpUrl, 'sync_cycles_total')) >= 1, 600_000, 'start-up cycle');
   return [keeper, restored];
 }
 

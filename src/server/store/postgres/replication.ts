@@ -119,9 +119,9 @@ export class PgReplicationStore implements ReplicationStore {
         digest: Buffer;
       }>(
         `SELECT time_ms, primary_message_key, copies, digest FROM dm_sync_outbox
-         WHERE owner_login = $1 AND time_ms >= $2 AND time_ms < $3 AND (time_ms, primary_message_key) > ($4::bigint, $5::text)
+         WHERE owner_login = $1 AND time_ms >= $2 AND time_ms < $3 AND (time_ms > $4 OR primary_message_key > $5::text)
          ORDER BY time_ms, primary_message_key LIMIT $6`,
-        [owner, from, to, after.timeMs, after.key, DIGEST_PAGE_ROWS],
+        [owner, Math.max(from, after.timeMs), to, after.timeMs, after.key, DIGEST_PAGE_ROWS],
       );
       for (const r of rows) fold.add(r.time_ms, r.copies, r.digest);
       if (rows.length < DIGEST_PAGE_ROWS) return fold.buckets;

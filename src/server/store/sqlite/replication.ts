@@ -118,13 +118,14 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
     if (ranges.length === 0) return fold.buckets;
     const from = ranges[0]!.fromTimeMs;
     const to = ranges.at(-1)!.toTimeMs;
-    // Pages along the index, yielding between them, so a large outbox never blocks the event loop long.
+    // Pages along the index, yielding between them, so a large outbox never blocks the event loop long. Each
+    // page's range starts at the last time seen, so the index is entered there, not at the owner's start.
     for (let after = { timeMs: -1, key: '' }; ; await new Promise(setImmediate)) {
       const rows = this.sql(
         `SELECT time_ms, primary_message_key, copies, digest FROM dm_sync_outbox INDEXED BY dm_sync_outbox_digest
-         WHERE owner_login = ? AND time_ms >= ? AND time_ms < ? AND (time_ms, primary_message_key) > (?, ?)
+         WHERE owner_login = ? AND time_ms >= ? AND time_ms < ? AND (time_ms > ? OR primary_message_key > ?)
          ORDER BY time_ms, primary_message_key LIMIT ?`,
-      ).all(owner, from, to, after.timeMs, after.key, DIGEST_PAGE_ROWS) as {
+      ).all(owner, Math.max(from, after.timeMs), to, after.timeMs, after.key, DIGEST_PAGE_ROWS) as {
         time_ms: number;
         primary_message_key: string;
         copies: number;
