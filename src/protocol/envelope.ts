@@ -1,5 +1,5 @@
 /** The JSON envelope of docs/protocol.md §5: requests, answers and events. */
-import type { ErrorCode } from './errors.js';
+import type { ErrorCode, ErrorDetails } from './errors.js';
 import { ShineError } from './errors.js';
 
 /** Client requests may be at most 1 MiB; any frame at most 4 MiB. */
@@ -25,7 +25,7 @@ export interface ErrorResponse {
   requestId: string;
   status: number;
   ok: false;
-  error: { code: ErrorCode; message: string };
+  error: { code: ErrorCode; message: string } & ErrorDetails;
 }
 
 export interface EventFrame<P = unknown> {
@@ -87,7 +87,13 @@ export function okResponse<P>(op: string, requestId: string, payload: P): OkResp
 }
 
 export function errorResponse(op: string, requestId: string, err: ShineError): ErrorResponse {
-  return { op, requestId, status: err.status, ok: false, error: { code: err.code, message: err.message } };
+  return {
+    op,
+    requestId,
+    status: err.status,
+    ok: false,
+    error: { code: err.code, message: err.message, ...err.details },
+  };
 }
 
 export function eventFrame<P>(op: string, payload: P): EventFrame<P> {

@@ -15,10 +15,14 @@ export const ERROR_STATUS = {
   NOT_PEER: 403,
   SOURCE_MISMATCH: 403,
   FORBIDDEN: 403,
+  NOT_PARTNER: 403,
   UNKNOWN_OP: 404,
   USER_NOT_FOUND: 404,
   SERVER_NOT_FOUND: 404,
   PROFILE_CONFLICT: 409,
+  CHAIN_CONFLICT: 409,
+  CHAIN_GAP: 409,
+  CHAIN_DIVERGED: 409,
   TOO_LARGE: 413,
   RATE_LIMITED: 429,
   INTERNAL: 500,
@@ -32,13 +36,22 @@ export type ErrorCode = keyof typeof ERROR_STATUS;
 export class ShineError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
+  /** Fields the error object carries besides code and message (CHAIN_CONFLICT: headIndex, headHash). */
+  readonly details: ErrorDetails | undefined;
 
-  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown }) {
+  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown; details?: ErrorDetails }) {
     super(message ?? code, options);
     this.name = 'ShineError';
     this.code = code;
     this.status = ERROR_STATUS[code];
+    this.details = options?.details;
   }
+}
+
+/** The extra fields of an error object (docs/protocol.md §14.2): a chain's head, `-1`/null when it is empty. */
+export interface ErrorDetails {
+  headIndex?: number;
+  headHash?: string | null;
 }
 
 export function isErrorCode(value: string): value is ErrorCode {

@@ -58,6 +58,11 @@ const timeRange = z.object({
   sourceServerLogin: z.string().max(64).optional(),
 });
 
+/** User chains (docs/protocol.md §14.2): blocks per GetChain page (default 100) and chains per GetChainHeads page. */
+export const MAX_CHAIN_PAGE = 500;
+export const DEFAULT_CHAIN_PAGE = 100;
+export const MAX_CHAIN_HEADS = 1000;
+
 export const opSchemas = {
   AuthChallenge: z.object({}),
   AuthLogin: z.object({ login: z.string(), deviceId: z.string().regex(DEVICE_ID_RE), signatureB64: b64 }),
@@ -89,6 +94,13 @@ export const opSchemas = {
   SendTestWebPush: z.object({}),
   CallInviteBroadcast: call,
   CallSignal: call.extend({ kind: z.enum(CALL_SIGNAL_KINDS) }),
+  // User chains (docs/protocol.md §14.2); GetChain needs no session.
+  AddBlock: z.object({ blockB64: b64 }),
+  GetChain: z.object({
+    login,
+    fromIndex: ms.optional(),
+    limit: z.number().int().optional(),
+  }),
 
   // server operations (docs/protocol.md §5.1, §5.4)
   ServerAuth: z.object({
@@ -126,6 +138,12 @@ export const opSchemas = {
   DmFetch: z.object({
     ownerLogin: z.string().max(64).optional(),
     messageKeys: z.array(z.string().max(256)).max(MAX_FETCH_KEYS),
+    sourceServerLogin: z.string().max(64).optional(),
+  }),
+  ReceiveBlock: z.object({ blockB64: b64, sourceServerLogin: z.string().max(64).optional() }),
+  GetChainHeads: z.object({
+    afterGlobalSeq: ms,
+    limit: z.number().int().optional(),
     sourceServerLogin: z.string().max(64).optional(),
   }),
 } as const;
@@ -285,6 +303,20 @@ export const opAnswerSchemas = {
   DmFetch: z.object({
     items: z.array(z.object({ messageKey: z.string(), blobB64: z.string(), storedAtMs: num.optional() })),
   }),
+  AddBlock: z.object({ login: z.string(), index: num, blockHash: z.string(), globalSeq: num }),
+  GetChain: z.object({
+    login: z.string(),
+    headIndex: num,
+    headHash: z.string().nullable(),
+    items: z.array(z.object({ index: num, blockHash: z.string(), blockB64: z.string() })),
+    hasMore: z.boolean(),
+  }),
+  ReceiveBlock: z.object({ login: z.string(), index: num, result: z.enum(['stored', 'known']) }),
+  GetChainHeads: z.object({
+    items: z.array(z.object({ login: z.string(), headIndex: num, headHash: z.string(), globalSeq: num })),
+    nextGlobalSeq: num,
+    hasMore: z.boolean(),
+  }),
 } as const satisfies { [K in OpName]: z.ZodType };
 
 export type OpAnswer<K extends OpName> = z.infer<(typeof opAnswerSchemas)[K]>;
@@ -316,6 +348,14 @@ export interface CallInviteEvent {
 /** The CallSignal event (docs/protocol.md §5.3, §5.6). */
 export interface CallSignalEvent extends CallInviteEvent {
   kind: CallSignalKind;
+}
+
+/** The ChainEvent event (docs/protocol.md §14.2): a block AddBlock stored, to the owner's other sessions. */
+export interface ChainEventPayload {
+  login: string;
+  index: number;
+  blockHash: string;
+  blockB64: string;
 }
 
 /** The DirectMessage event (docs/protocol.md §5.3). */
