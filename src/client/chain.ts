@@ -16,6 +16,7 @@ import { fromBase64, toBase64 } from '../protocol/bytes.js';
 import { ContainerError } from '../protocol/container.js';
 import type { SignatureVerifier } from '../protocol/ed25519.js';
 import { nobleVerifier } from '../protocol/ed25519.js';
+import type { OpAnswer } from '../protocol/ops.js';
 import type { Identity } from './identity.js';
 
 /** What signing a block needs of its owner; an Identity has it. */
@@ -73,6 +74,19 @@ export interface WalkOptions {
   verifier?: SignatureVerifier;
 }
 
+/** A block as given, or decoded from bytes or base64; the decoder's reason (or `not base64`) when it fails. */
+function decodeItem(item: Block | Uint8Array | string): Block | { detail: string } {
+  if (typeof item !== 'string' && !(item instanceof Uint8Array)) return item;
+  const bytes = typeof item === 'string' ? fromBase64(item) : item;
+  if (!bytes) return { detail: 'not base64' };
+  try {
+    return decodeBlock(bytes);
+  } catch (e) {
+    if (e instanceof ContainerError) return { detail: e.reason };
+    throw e;
+  }
+}
+
 /**
  * Checks blocks in order — decoded (bytes or base64, as GetChain's blockB64), signed with publicKey, each following
  * the one before — and stops at the first problem, with its position in the list.
@@ -89,19 +103,8 @@ export function walkChain(
       head,
       problem: detail === undefined ? { position, reason } : { position, reason, detail },
     });
-    let block: Block;
-    if (typeof item === 'string' || item instanceof Uint8Array) {
-      const bytes = typeof item === 'string' ? fromBase64(item) : item;
-      if (!bytes) return fail('BAD_BLOCK', 'not base64');
-      try {
-        block = decodeBlock(bytes);
-      } catch (e) {
-        if (e instanceof ContainerError) return fail('BAD_BLOCK', e.reason);
-        throw e;
-      }
-    } else {
-      block = item;
-    }
+    const block = decodeItem(item);
+    if ('detail' in block) return fail('BAD_BLOCK', block.detail);
     if (options.login !== undefined && block.login !== options.login) return fail('LOGIN');
     const problem = chainProblem(head, block);
     if (problem) return fail(problem);
@@ -109,4 +112,78 @@ export function walkChain(
     head = block;
   }
   return { head, problem: null };
+}
+
+// ---- reading a chain from a server (GetChain pages) and following it (ChainEvent) ----
+
+/** One item of a GetChain page (docs/protocol.md §14.2). */
+export type ChainItem = OpAnswer<'GetChain'>['items'][number];
+
+/**
+ * Why a chain read from a server is not whole: a walkChain problem, an item whose index or blockHash is
+ * not the block's own (ITEM_MISMATCH), fewer blocks than the server's head says (SHORT), or a last block
+ * that is not the head the server named (HEAD_MISMATCH).
+ */
+export type ChainReadProblem = WalkProblem | 'ITEM_MISMATCH' | 'SHORT' | 'HEAD_MISMATCH';
+
+/** A chain as a server gave it, checked block by block with the owner's key. */
+export interface VerifiedChain {
+  login: string;
+  /** The head the server named (-1 and null for an empty chain). */
+  headIndex: number;
+  headHash: string | null;
+  /** The blocks that passed every check, from fromIndex on, in order. */
+  blocks: Block[];
+  /** null: every block from fromIndex up to the server's head verified and links to the one before. */
+  problem: { index: number; reason: ChainReadProblem; detail?: string } | null;
+}
+
+/** What each check means, in words for a person (CLI, web client). */
+const READ_PROBLEM_WORDS: Record<ChainReadProblem, string> = {
+  BAD_BLOCK: 'does not decode as a SHiNE_BCH block',
+  BAD_SIGNATURE: "is not signed by the owner's key",
+  LOGIN: 'belongs to another login',
+  INDEX: 'is not at the next position',
+  PREV_HASH: "does not link to the block before it (prevHash is not that block's hash)",
+  TIME: 'is dated before the block before it',
+  ITEM_MISMATCH: 'is not the block the server said (index or hash differ)',
+  SHORT: 'is missing: the server named a head further on but sent no more blocks',
+  HEAD_MISMATCH: 'is not the head the server named',
+};
+
+/** One sentence for a chain problem: "block 5 is not signed by the owner's key". */
+export function describeChainProblem(problem: NonNullable<VerifiedChain['problem']>): string {
+  const detail = problem.detail === undefined ? '' : ` (${problem.detail})`;
+  return `block ${problem.index} ${READ_PROBLEM_WORDS[problem.reason]}${detail}`;
+}
+
+/**
+ * Checks the items of a GetChain page after `head` (the last verified block; null: the page must start at
+ * genesis; `any`: the first item is taken alone, as a head fetched by its index) and returns the blocks that
+ * passed, in order, and the first problem.
+ */
+export function checkChainItems(
+  items: readonly ChainItem[],
+  publicKey: Uint8Array,
+  login: string,
+  head: Block | null | 'any',
+  verifier: SignatureVerifier = nobleVerifier,
+): { blocks: Block[]; problem: VerifiedChain['problem'] } {
+  const blocks: Block[] = [];
+  for (const item of items) {
+    const fail = (reason: ChainReadProblem, detail?: string) => ({
+      blocks,
+      problem: detail === undefined ? { index: item.index, reason } : { index: item.index, reason, detail },
+    });
+    const block = decodeItem(item.blockB64);
+    if ('detail' in block) return fail('BAD_BLOCK', block.detail);
+    if (block.login !== login) return fail('LOGIN');
+    const problem = head === 'any' ? null : chainProblem(head, block);
+    if (problem) return fail(problem);
+    if (!verifyBlock(block, publicKey, verifier)) return fail('BAD_SIGNATURE');
+    if (block.index !== item.index || blockHash(block) !== item.blockHash) return fail('ITEM_MISMATCH');
+    blocks.push(block);
+    head = block;
+  }
+  return { blocks, problem: null };
 }

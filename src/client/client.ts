@@ -13,7 +13,9 @@ import {
   parseMessageKey,
   verifyContainer,
 } from '../protocol/container.js';
-import type { ErrorCode } from '../protocol/errors.js';
+import type { Block } from '../protocol/block.js';
+import { blockHash } from '../protocol/block.js';
+import type { ErrorCode, ErrorDetails } from '../protocol/errors.js';
 import type { ServerDescriptor, UserProfile } from '../protocol/identity.js';
 import { authSigningText, signText, verifyDescriptor, verifyProfile } from '../protocol/identity.js';
 import type {
@@ -21,6 +23,7 @@ import type {
   CallInviteEvent,
   CallSignalEvent,
   CallSignalKind,
+  ChainEventPayload,
   DeliveryStateChangedEvent,
   DirectMessageEvent,
   HistoryItem,
@@ -30,6 +33,8 @@ import type {
   PairAnswer,
 } from '../protocol/ops.js';
 import { containerSha256B64 } from '../protocol/receipt.js';
+import type { VerifiedChain } from './chain.js';
+import { buildNextBlock, checkChainItems, describeChainProblem } from './chain.js';
 import { callAad, decryptBody, encryptBody, settingAad } from './e2e.js';
 import type { Identity } from './identity.js';
 import type { BuiltPair, CopyContent, MessageRef } from './pairs.js';
@@ -67,6 +72,8 @@ export class ShineClientError extends Error {
     readonly status: number,
     message: string,
     readonly op?: string,
+    /** Fields the error object carried besides code and message (CHAIN_CONFLICT: headIndex, headHash). */
+    readonly details: ErrorDetails = {},
   ) {
     super(message);
     this.name = 'ShineClientError';
@@ -79,6 +86,7 @@ export interface KnownEvents {
   DmDeliveryStateChanged: DeliveryStateChangedEvent;
   CallInvite: CallInviteEvent;
   CallSignal: CallSignalEvent;
+  ChainEvent: ChainEventPayload;
 }
 export type EventPayload<K extends string> = K extends keyof KnownEvents ? KnownEvents[K] : unknown;
 
@@ -139,13 +147,16 @@ type Listener = (payload: never) => void;
 
 /** Error answers and local failures as ShineClientError. */
 const clientErrors: ChannelErrors = {
-  answered: (frame, op) =>
-    new ShineClientError(
-      frame.error?.code ?? 'INTERNAL',
+  answered: (frame, op) => {
+    const { code, message, ...details } = frame.error ?? {};
+    return new ShineClientError(
+      code ?? 'INTERNAL',
       typeof frame.status === 'number' ? frame.status : 500,
-      frame.error?.message ?? 'request failed',
+      message ?? 'request failed',
       op,
-    ),
+      details,
+    );
+  },
   unanswered: (why, op, message) => new ShineClientError(why, 0, message, op),
 };
 
@@ -162,6 +173,12 @@ export async function fetchServerDescriptor(wsUrl: string, fetchFn: typeof fetch
     throw new ShineClientError('BAD_PROFILE', 0, `descriptor of ${url.host} has a bad signature`);
   return descriptor;
 }
+
+/** A block AddBlock stored: the server's answer, the block, and how often it was rebased on a moved head. */
+export type AddedBlock = OpAnswer<'AddBlock'> & { block: Block; rebased: number };
+
+/** How often addBlock rebases on a head that moved (CHAIN_CONFLICT) before it gives up. */
+const MAX_REBASES = 5;
 
 /** One connection to a SHiNE server. Create with ShineClient.connect(). */
 export class ShineClient {
@@ -184,6 +201,8 @@ export class ShineClient {
   private identity: Identity | null = null;
   private lastEditMs = 0;
   private sessionInfo: (OpAnswer<'AuthLogin'> & { serverLogin: string }) | null = null;
+  /** The own chain's head as this connection last saw it; undefined: ask the server. */
+  private chainHead: Block | null | undefined = undefined;
 
   private constructor(
     private readonly ws: WebSocketLike,
@@ -208,6 +227,10 @@ export class ShineClient {
     });
     // Every error is followed by a close, which settles everything; without a listener ws would throw.
     ws.addEventListener('error', () => undefined);
+    // Another session of this user added a block: the cached head is behind.
+    this.on('ChainEvent', (ev) => {
+      if (ev.login === this.identity?.login && ev.index > (this.chainHead?.index ?? -1)) this.chainHead = undefined;
+    });
   }
 
   /** Opens a WebSocket to url (e.g. ws://host:port/ws) and resolves once it is open. */
@@ -632,6 +655,88 @@ export class ShineClient {
   /** Sends a call signal (answer, ice, reject, busy, hangup, cancel) to the other side of a call. */
   callSignal(toLogin: string, callId: string, kind: CallSignalKind, payloadB64 = ''): Promise<OpAnswer<'CallSignal'>> {
     return this.request('CallSignal', { toLogin, callId, kind, payloadB64 });
+  }
+
+  /**
+   * Appends a block of this user's chain (docs/protocol.md §14): built on the head this connection knows (asked
+   * from the server the first time), signed, sent with AddBlock. When the head moved meanwhile (CHAIN_CONFLICT,
+   * another device added a block) it rebases on the head the server names and tries again, up to 5 times.
+   * timeMs defaults to now, never before the head's.
+   */
+  async addBlock(kind: number, body: Uint8Array, options: { timeMs?: number } = {}): Promise<AddedBlock> {
+    const me = this.me();
+    let head = this.chainHead === undefined ? await this.ownBlockAt(null) : this.chainHead;
+    for (let rebased = 0; ; rebased++) {
+      const timeMs = options.timeMs ?? Math.max(this.now(), head?.timeMs ?? 0);
+      const built = buildNextBlock(me, head, { kind, body, timeMs });
+      try {
+        const answer = await this.request('AddBlock', { blockB64: built.blockB64 });
+        this.chainHead = built.block;
+        return { ...answer, block: built.block, rebased };
+      } catch (err) {
+        this.chainHead = undefined;
+        if (!(err instanceof ShineClientError && err.code === 'CHAIN_CONFLICT') || rebased >= MAX_REBASES) throw err;
+        const { headIndex } = err.details;
+        head = await this.ownBlockAt(typeof headIndex === 'number' ? headIndex : null);
+      }
+    }
+  }
+
+  /**
+   * A user's chain (docs/protocol.md §14), paged with GetChain and checked block by block with the signing key
+   * of the user's profile: each block decodes, carries the login, follows the block before it and is signed by
+   * the user; the last one must be the head the server names. It stops at the first problem and says so
+   * (`problem`); the blocks before it are returned. With `after` (a block verified before) only the blocks
+   * after it are read and must follow it. Rejects only when a request fails (USER_NOT_FOUND for an unknown user).
+   */
+  async getChain(login: string, options: { after?: Block; pageSize?: number } = {}): Promise<VerifiedChain> {
+    const publicKey = fromBase64((await this.getProfile(login)).signKeyB64);
+    if (!publicKey) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} has no usable signKey`);
+    let head: Block | null = options.after ?? null;
+    const blocks: Block[] = [];
+    const result = (page: { headIndex: number; headHash: string | null }, problem: VerifiedChain['problem']) => ({
+      login,
+      headIndex: page.headIndex,
+      headHash: page.headHash,
+      blocks,
+      problem,
+    });
+    for (;;) {
+      const page = await this.request('GetChain', {
+        login,
+        fromIndex: head ? head.index + 1 : 0,
+        ...(options.pageSize === undefined ? {} : { limit: options.pageSize }),
+      });
+      const checked = checkChainItems(page.items, publicKey, login, head);
+      blocks.push(...checked.blocks);
+      head = checked.blocks.at(-1) ?? head;
+      if (checked.problem) return result(page, checked.problem);
+      if (page.hasMore && page.items.length > 0) continue;
+      const last = head?.index ?? -1;
+      if (last < page.headIndex) return result(page, { index: last + 1, reason: 'SHORT' });
+      if (last > page.headIndex || (head && blockHash(head) !== page.headHash))
+        return result(page, { index: Math.max(page.headIndex, 0), reason: 'HEAD_MISMATCH' });
+      return result(page, null);
+    }
+  }
+
+  /**
+   * A block of this user's own chain from the server, checked with the own key (null: the head, asked first;
+   * index -1: the empty chain's head, null).
+   */
+  private async ownBlockAt(index: number | null): Promise<Block | null> {
+    const login = this.me().login;
+    if (index === null) index = (await this.request('GetChain', { login, fromIndex: 0, limit: 1 })).headIndex;
+    if (index < 0) return null;
+    const page = await this.request('GetChain', { login, fromIndex: index, limit: 1 });
+    const { blocks, problem } = checkChainItems(page.items.slice(0, 1), this.me().signPublicKey, login, 'any');
+    if (problem || blocks[0]?.index !== index)
+      throw new ShineClientError(
+        'BAD_BLOB',
+        0,
+        `the server's block ${index} of ${login}: ${problem ? describeChainProblem(problem) : 'missing'}`,
+      );
+    return blocks[0];
   }
 
   /** Closes the socket and waits until it is closed. */

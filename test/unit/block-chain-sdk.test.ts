@@ -2,7 +2,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Block } from '../../src/client/index.js';
-import { buildNextBlock, createIdentity, walkChain } from '../../src/client/index.js';
+import type { ChainItem } from '../../src/client/index.js';
+import {
+  ShineClientError,
+  buildNextBlock,
+  checkChainItems,
+  createIdentity,
+  describeChainProblem,
+  walkChain,
+} from '../../src/client/index.js';
 import { ZERO_HASH, blockDigest, blockHash, decodeBlock, encodeSignedBlock } from '../../src/protocol/block.js';
 import { bytesEqual, fromBase64, toBase64, toHex, utf8 } from '../../src/protocol/bytes.js';
 import { ContainerError } from '../../src/protocol/container.js';
@@ -137,5 +145,68 @@ describe('walkChain', () => {
       reason: 'LOGIN',
     });
     assert.equal(walkChain([decodeBlock(bobs.bytes)], ed25519PublicKey(bob.signSeed)).problem, null);
+  });
+});
+
+describe('checkChainItems (GetChain pages)', () => {
+  const key = alice.signPublicKey;
+  const itemOf = (b: Block): ChainItem => ({ index: b.index, blockHash: blockHash(b), blockB64: toBase64(b.bytes) });
+
+  it('accepts a page from genesis and a page after a verified head', () => {
+    const blocks = chainOf(5);
+    const all = checkChainItems(blocks.map(itemOf), key, 'alice', null);
+    assert.equal(all.problem, null);
+    assert.deepEqual(
+      all.blocks.map((b) => blockHash(b)),
+      blocks.map((b) => blockHash(b)),
+    );
+    const tail = checkChainItems(blocks.slice(3).map(itemOf), key, 'alice', blocks[2]!);
+    assert.deepEqual([tail.problem, tail.blocks.length], [null, 2]);
+    // `any`: a head fetched alone, by its index.
+    assert.equal(checkChainItems([itemOf(blocks[4]!)], key, 'alice', 'any').problem, null);
+    assert.deepEqual(checkChainItems([itemOf(blocks[4]!)], key, 'alice', null).problem, { index: 4, reason: 'INDEX' });
+  });
+
+  it('reports the first bad item by its index, keeping the blocks before it', () => {
+    const blocks = chainOf(4);
+    const items = blocks.map(itemOf);
+    const check = (at: number, item: ChainItem, login = 'alice', publicKey = key) => {
+      const list = items.slice();
+      list[at] = item;
+      return checkChainItems(list, publicKey, login, null);
+    };
+    const byBob = encodeSignedBlock({ ...blocks[2]! }, bob.signSeed);
+    assert.deepEqual(check(2, itemOf(byBob)).problem, { index: 2, reason: 'BAD_SIGNATURE' });
+    assert.equal(check(2, itemOf(byBob)).blocks.length, 2);
+    assert.deepEqual(check(2, { ...items[2]!, blockHash: blockHash(blocks[1]!) }).problem, {
+      index: 2,
+      reason: 'ITEM_MISMATCH',
+    });
+    assert.deepEqual(check(2, { ...items[2]!, index: 7 }).problem, { index: 7, reason: 'ITEM_MISMATCH' });
+    assert.deepEqual(check(1, { ...items[1]!, blockB64: '%%' }).problem, {
+      index: 1,
+      reason: 'BAD_BLOCK',
+      detail: 'not base64',
+    });
+    assert.deepEqual(check(0, items[0]!, 'bob').problem, { index: 0, reason: 'LOGIN' });
+    assert.deepEqual(check(3, items[1]!).problem, { index: 1, reason: 'INDEX' });
+  });
+
+  it('says what a problem means in one sentence', () => {
+    assert.equal(
+      describeChainProblem({ index: 5, reason: 'BAD_SIGNATURE' }),
+      "block 5 is not signed by the owner's key",
+    );
+    assert.equal(
+      describeChainProblem({ index: 0, reason: 'BAD_BLOCK', detail: 'TRUNCATED' }),
+      'block 0 does not decode as a SHiNE_BCH block (TRUNCATED)',
+    );
+    assert.match(describeChainProblem({ index: 9, reason: 'SHORT' }), /^block 9 is missing/);
+  });
+
+  it('a CHAIN_CONFLICT error keeps the head the server named', () => {
+    const err = new ShineClientError('CHAIN_CONFLICT', 409, 'moved', 'AddBlock', { headIndex: 3, headHash: 'ab' });
+    assert.deepEqual(err.details, { headIndex: 3, headHash: 'ab' });
+    assert.deepEqual(new ShineClientError('TIMEOUT', 0, 'late').details, {});
   });
 });
