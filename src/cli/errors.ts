@@ -8,14 +8,14 @@ import { LOGIN_RE } from '../protocol/login.js';
 
 /**
  * Exit statuses, documented in README: 0 done, 1 the operation failed, 2 the command line is wrong,
- * 3 `shine check` found problems it did not repair.
+ * 3 `shine check` found problems it did not repair, or `shine chain show` found a broken chain.
  */
 export const EXIT = { ok: 0, failure: 1, usage: 2, problems: 3 } as const;
 
 /** A mistake in the command line: printed with a pointer to --help, exit status 2. */
 export class UsageError extends Error {}
 
-/** `shine check` found problems that remain: printed as is, exit status 3. */
+/** `shine check` found problems that remain, or `shine chain show` a broken chain: printed as is, exit status 3. */
 export class ProblemsFoundError extends Error {}
 
 /** A failure already explained in words for the user: printed as is, exit status 1. */

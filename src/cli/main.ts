@@ -1,5 +1,6 @@
 /** The `shine` command line: runs a server, or acts as a thin SHiNE client over the SDK. */
 import { Command, CommanderError } from 'commander';
+import { registerChain } from './commands/chain.js';
 import { registerCheck } from './commands/check.js';
 import { registerHistory } from './commands/history.js';
 import { registerIdentity } from './commands/identity.js';
@@ -20,7 +21,7 @@ function program(): Command {
     .addHelpText(
       'after',
       '\nExit status: 0 done, 1 the operation failed, 2 the command line is wrong,\n' +
-        '3 shine check found problems it did not repair.\n' +
+        '3 shine check found problems it did not repair, or shine chain show found a broken chain.\n' +
         'Every command has its own help: shine <command> --help',
     );
   registerServe(shine);
@@ -29,6 +30,7 @@ function program(): Command {
   registerSend(shine);
   registerWatch(shine);
   registerHistory(shine);
+  registerChain(shine);
   registerSync(shine);
   registerRepair(shine);
   registerStatus(shine);

@@ -19,6 +19,12 @@ import { nobleVerifier } from '../protocol/ed25519.js';
 import type { OpAnswer } from '../protocol/ops.js';
 import type { Identity } from './identity.js';
 
+/**
+ * The kind of a text post: a UTF-8 body, what the web client's Public log writes and shows and the CLI prints as
+ * text (docs/protocol.md, decision 48). Other kinds are the application's to define.
+ */
+export const TEXT_POST_KIND = 1;
+
 /** What signing a block needs of its owner; an Identity has it. */
 export type ChainSigner = Pick<Identity, 'login' | 'signSeed'>;
 
