@@ -11,6 +11,7 @@ export type { Container, MessageType } from '../protocol/container.js';
 export type { Block, BlockFields, ChainProblem } from '../protocol/block.js';
 export { blockHash, decodeBlock, verifyBlock } from '../protocol/block.js';
 export type {
+  ChainEventPayload,
   DirectMessageEvent,
   DeliveryStateChangedEvent,
   DeliveryState,
