@@ -23,10 +23,24 @@ describe('CLI: help and usage errors', () => {
       assert.match(r.stdout, /default/);
       assert.match(r.stdout, /Examples:\n {2}\$ .*shine /);
     }
-    assert.match(
-      (await home.run(['--help'])).stdout,
-      /Exit status: 0 done, 1 the operation failed, 2 the command line/,
-    );
+    for (const [sub, option] of [
+      ['add', '--kind <n>'],
+      ['show', '--json'],
+    ] as const) {
+      const r = await home.run(['chain', sub, '--help']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, new RegExp(`Usage: shine chain ${sub}`));
+      assert.ok(r.stdout.includes(option), `chain ${sub} --help lists ${option}: ${r.stdout}`);
+      assert.match(r.stdout, /default/);
+      assert.match(r.stdout, /Examples:\n {2}\$ shine chain /);
+    }
+    const chain = await home.run(['chain', '--help']);
+    assert.match(chain.stdout, /add \[options\] +append a signed block to your chain/);
+    assert.match(chain.stdout, /show \[options\] <login> +show a user's chain, every block verified/);
+    const top = (await home.run(['--help'])).stdout;
+    assert.match(top, /Exit status: 0 done, 1 the operation failed, 2 the command line/);
+    assert.match(top, /or shine chain show found a broken chain/);
+    assert.match(top, /chain +add to your public chain/);
   });
 
   it('an invalid login states the rule and exits 2; an unknown option exits 2', async () => {
