@@ -33,7 +33,7 @@ import type {
   PairAnswer,
 } from '../protocol/ops.js';
 import { containerSha256B64 } from '../protocol/receipt.js';
-import type { VerifiedChain } from './chain.js';
+import type { ChainItem, VerifiedChain } from './chain.js';
 import { buildNextBlock, checkChainItems, describeChainProblem } from './chain.js';
 import { callAad, decryptBody, encryptBody, settingAad } from './e2e.js';
 import type { Identity } from './identity.js';
@@ -690,8 +690,7 @@ export class ShineClient {
    * after it are read and must follow it. Rejects only when a request fails (USER_NOT_FOUND for an unknown user).
    */
   async getChain(login: string, options: { after?: Block; pageSize?: number } = {}): Promise<VerifiedChain> {
-    const publicKey = fromBase64((await this.getProfile(login)).signKeyB64);
-    if (!publicKey) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} has no usable signKey`);
+    const publicKey = await this.chainKeyOf(login);
     let head: Block | null = options.after ?? null;
     const blocks: Block[] = [];
     const result = (page: { headIndex: number; headHash: string | null }, problem: VerifiedChain['problem']) => ({
@@ -718,6 +717,25 @@ export class ShineClient {
         return result(page, { index: Math.max(page.headIndex, 0), reason: 'HEAD_MISMATCH' });
       return result(page, null);
     }
+  }
+
+  /**
+   * Checks blocks of login's chain that arrived otherwise than by getChain (a ChainEvent, an AddBlock answer) after
+   * a verified head, with the key of login's profile: as getChain checks a page.
+   */
+  async checkChainItems(
+    login: string,
+    items: readonly ChainItem[],
+    head: Block | null,
+  ): Promise<{ blocks: Block[]; problem: VerifiedChain['problem'] }> {
+    return checkChainItems(items, await this.chainKeyOf(login), login, head);
+  }
+
+  /** The signing key of login's profile, which signs every block of its chain. */
+  private async chainKeyOf(login: string): Promise<Uint8Array> {
+    const publicKey = fromBase64((await this.getProfile(login)).signKeyB64);
+    if (!publicKey) throw new ShineClientError('BAD_PROFILE', 0, `profile of ${login} has no usable signKey`);
+    return publicKey;
   }
 
   /**

@@ -2,6 +2,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { CallView } from './call-view.js';
 import { ChatView } from './chat-view.js';
+import { LogView } from './log-view.js';
 import type { MessengerState } from './messenger.js';
 import { Messenger, createAccount, describeError, serverWsUrl } from './messenger.js';
 import type { Account } from './vault.js';
@@ -130,12 +131,19 @@ function Home({ account }: { account: Account }) {
   const state = useMessengerState(messenger);
   const [backupOpen, setBackupOpen] = useState(false);
   return (
-    <div class={`home ${state.chat ? 'chat-open' : ''}`}>
+    <div class={`home ${state.chat || state.log ? 'chat-open' : ''}`}>
       <header class="topbar">
         <span class="me">
           <strong>{account.identity.login}</strong>@{account.profile.accessServers[0]}
         </span>
         <span class="tools">
+          <button
+            type="button"
+            aria-pressed={state.log?.mine === true}
+            onClick={() => void messenger.run(() => messenger.openLog())}
+          >
+            My public log
+          </button>
           <NotificationsToggle messenger={messenger} enabled={state.notifications} />
           <button type="button" onClick={() => setBackupOpen(true)}>
             Back up identity
@@ -161,7 +169,9 @@ function Home({ account }: { account: Account }) {
           <NewChat messenger={messenger} />
           <ConversationList messenger={messenger} state={state} />
         </nav>
-        {state.chat ? (
+        {state.log ? (
+          <LogView messenger={messenger} log={state.log} online={state.status === 'online'} />
+        ) : state.chat ? (
           <ChatView
             messenger={messenger}
             chat={state.chat}

@@ -101,6 +101,9 @@ export function ChatView({
           <span aria-hidden="true">←</span> Back
         </button>
         <h2>{chat.peer}</h2>
+        <button type="button" onClick={() => void messenger.run(() => messenger.openLog(chat.peer))}>
+          Public log
+        </button>
         <button
           type="button"
           onClick={() => void messenger.run(() => messenger.startCall())}

@@ -3,6 +3,7 @@
  * by the server on login), the conversations list, the open chat, and the actions the screens call.
  */
 import type {
+  ChainEventPayload,
   DeliveryStateChangedEvent,
   DirectMessageEvent,
   HistoryPage,
@@ -12,16 +13,20 @@ import type {
 import {
   ShineClient,
   ShineClientError,
+  TEXT_POST_KIND,
   createIdentity,
   fetchServerDescriptor,
   makeProfile,
   unverified,
 } from '../../src/client/index.js';
+import { toBase64, utf8 } from '../../src/protocol/bytes.js';
 import { isValidLogin } from '../../src/protocol/login.js';
 import type { CallState } from './calls.js';
 import { CallController, decodeValue, encodeValue } from './calls.js';
 import type { ChatMessage } from './chat.js';
 import { ChatLog, deliveryEvidence, fromHistory, parseBaseKey, signedRead } from './chat.js';
+import type { OpenLog } from './public-log.js';
+import { emptyLog, withBlocks } from './public-log.js';
 import { currentSubscription, subscribePush, subscriptionFields } from './notifications.js';
 import type { Account } from './vault.js';
 import { newDeviceId } from './vault.js';
@@ -48,6 +53,8 @@ export interface MessengerState {
   status: ConnectionStatus;
   conversations: Conversation[];
   chat: OpenChat | null;
+  /** The Public log open in the right pane (instead of a chat). */
+  log: OpenLog | null;
   /** The last failure a person should see; cleared by the next success. */
   notice: string | null;
   /** The current (or just ended) call. */
@@ -135,6 +142,7 @@ export class Messenger {
     status: 'connecting',
     conversations: [],
     chat: null,
+    log: null,
     notice: null,
     call: null,
     notifications: false,
@@ -148,6 +156,8 @@ export class Messenger {
   private readonly receiptsSent = new Set<string>();
   private acks: string[] = [];
   private refreshTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Changes of the open log, one at a time (a page, an event, a post may arrive together). */
+  private logQueue: Promise<void> = Promise.resolve();
 
   constructor(
     readonly account: Account,
@@ -211,6 +221,7 @@ export class Messenger {
         client.on('DmDeliveryStateChanged', (ev) => this.onDeliveryState(ev));
         client.on('CallInvite', (ev) => this.calls.onInvite(ev));
         client.on('CallSignal', (ev) => this.calls.onSignal(ev));
+        client.on('ChainEvent', (ev) => this.onChainEvent(ev));
         await logIn(client, this.account);
         this.client = client;
         failures = 0;
@@ -247,6 +258,7 @@ export class Messenger {
     await this.refreshConversations();
     const chat = this.state.chat;
     if (chat) await this.loadPage(chat, undefined);
+    if (this.state.log) await this.refreshLog();
   }
 
   private need(): ShineClient {
@@ -380,7 +392,7 @@ export class Messenger {
 
   async openChat(peer: string): Promise<void> {
     const chat: OpenChat = { peer, log: new ChatLog(), hasMore: false, next: null, loadingOlder: false, version: 0 };
-    this.set({ chat });
+    this.set({ chat, log: null });
     await this.loadPage(chat, undefined);
   }
 
@@ -489,6 +501,75 @@ export class Messenger {
       },
       () => this.receiptsSent.delete(baseKey),
     );
+  }
+
+  /** Opens login's Public log (the own one without a login) and reads it, every block verified. */
+  async openLog(login: string = this.login): Promise<void> {
+    const log = emptyLog(login, login === this.login);
+    this.set({ log, chat: null });
+    await this.changeLog(login, async (client, open) => {
+      const chain = await client.getChain(login);
+      return withBlocks({ ...open, entries: [], head: null }, chain.blocks, chain.problem);
+    });
+  }
+
+  closeLog(): void {
+    this.set({ log: null });
+  }
+
+  /** Reads the blocks after the verified head; a log whose check had failed is read again from the start. */
+  async refreshLog(): Promise<void> {
+    const login = this.state.log?.login;
+    if (!login) return;
+    await this.changeLog(login, async (client, open) => {
+      const fresh = open.problem !== null;
+      const chain = await client.getChain(login, fresh || !open.head ? {} : { after: open.head });
+      return withBlocks(fresh ? { ...open, entries: [], head: null } : open, chain.blocks, chain.problem);
+    });
+  }
+
+  /** Posts text (kind 1) to the own log; the block is checked like any other before it is shown. */
+  async postToLog(text: string): Promise<void> {
+    const added = await this.need().addBlock(TEXT_POST_KIND, utf8(text));
+    if (this.state.log?.mine) this.followLog({ ...added, blockB64: toBase64(added.block.bytes) });
+  }
+
+  /** Another device of this user added a block (the server sends ChainEvent to the owner's other sessions). */
+  private onChainEvent(ev: ChainEventPayload): void {
+    if (this.state.log?.login === ev.login) this.followLog(ev);
+  }
+
+  /** A new block of the open log: checked against the head when it is the next one, else the log catches up. */
+  private followLog(item: { login: string; index: number; blockHash: string; blockB64: string }): void {
+    void this.changeLog(item.login, async (client, open) => {
+      const next = (open.head?.index ?? -1) + 1;
+      if (open.problem || item.index < next) return open;
+      if (item.index > next) {
+        const chain = await client.getChain(open.login, open.head ? { after: open.head } : {});
+        return withBlocks(open, chain.blocks, chain.problem);
+      }
+      const checked = await client.checkChainItems(open.login, [item], open.head);
+      return withBlocks(open, checked.blocks, checked.problem);
+    }).catch((err: unknown) => this.set({ notice: describeError(err) }));
+  }
+
+  /** Runs one change of login's open log after the ones before it; dropped when another log opened meanwhile. */
+  private changeLog(login: string, change: (client: ShineClient, open: OpenLog) => Promise<OpenLog>): Promise<void> {
+    const run = async () => {
+      const open = this.state.log;
+      if (open?.login !== login) return;
+      let changed: OpenLog;
+      try {
+        changed = await change(this.need(), open);
+      } catch (err) {
+        if (this.state.log === open) this.set({ log: { ...open, loading: false } });
+        throw err;
+      }
+      if (this.state.log === open) this.set({ log: changed });
+    };
+    const done = this.logQueue.then(run);
+    this.logQueue = done.catch(() => undefined);
+    return done;
   }
 
   /** WebPush opt-in: subscribe under the server's key and hand the subscription to the server. */
