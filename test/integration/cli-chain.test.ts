@@ -94,7 +94,7 @@ describe('CLI: shine chain', () => {
     ]);
     const original = Buffer.from(row!.block as Uint8Array);
     const damaged = Buffer.from(original);
-    damaged[damaged.length - 66]! ^= 0x20; // the body's last byte: the block still decodes
+    damaged[damaged.length - 65]! ^= 0x20; // the body's last byte: the block still decodes
     await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [damaged, 'alice', 1]);
     try {
       const broken = await show('alice');

@@ -138,7 +138,7 @@ describe('SDK user chains against a real server', () => {
     ]);
     const original = Buffer.from(row!.block as Uint8Array);
     const damaged = Buffer.from(original);
-    damaged[damaged.length - 70]! ^= 0x01; // a body byte: the block still decodes
+    damaged[damaged.length - 65]! ^= 0x01; // the body's last byte: the block still decodes
     await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [damaged, 'carol', 2]);
     try {
       const chain = await anon.getChain('carol');

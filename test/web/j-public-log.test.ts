@@ -72,7 +72,6 @@ browserSuite('web client (j)', (browser) => {
       assert.equal(await blockWith(phone, 'Third, written on the laptop').getAttribute('data-verified'), 'true');
       await phone.getByRole('status').getByText('All 3 blocks verified', { exact: false }).waitFor();
       await shot(phone, 'phone-own-log-live');
-      // The phone's Back returns to the list; the log is one pane at this width.
       const box = await blocksOf(phone).boundingBox();
       assert.ok(box && box.x >= 0 && box.x + box.width <= 360, `the blocks fit the phone: ${JSON.stringify(box)}`);
 
@@ -90,7 +89,7 @@ browserSuite('web client (j)', (browser) => {
       } finally {
         await carol.close();
       }
-      await alice.getByRole('button', { name: 'Back', exact: false }).first().click();
+      // On a desktop the list stays beside the log: a new chat replaces the log in the right pane.
       await startChat(alice, 'carol');
       await alice.getByRole('button', { name: 'Public log', exact: true }).click();
       const carolsLog = alice.getByRole('region', { name: 'Public log of carol', exact: true });
@@ -118,7 +117,7 @@ browserSuite('web client (j)', (browser) => {
         'carol',
         1,
       ]);
-      await alice.getByRole('button', { name: 'Back', exact: false }).first().click();
+      await startChat(alice, 'carol');
       await alice.getByRole('button', { name: 'Public log', exact: true }).click();
       const alert = alice.getByRole('alert');
       await alert.waitFor();
@@ -129,7 +128,8 @@ browserSuite('web client (j)', (browser) => {
       assert.deepEqual(await shownTexts(alice), ['carol: genesis']);
       assert.equal(await alice.getByRole('status').count(), 0, 'no "all verified" line beside the alert');
       await shot(alice, 'alice-damaged-block');
-      await phone.getByRole('button', { name: 'Back', exact: false }).first().click();
+      // On a phone the log is the one pane: Back returns to the list.
+      await phone.getByRole('button', { name: 'Back', exact: true }).click();
       await startChat(phone, 'carol');
       await phone.getByRole('button', { name: 'Public log', exact: true }).click();
       await phone.getByRole('alert').getByText('Block 1 failed verification', { exact: false }).waitFor();
