@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { CliHome, useAlphaBeta } from '../helpers/cli.js';
-import { queryServerDb } from '../helpers/test-db.js';
+import { damageChainBlock } from '../helpers/chain-damage.js';
 
 interface ShownChain {
   login: string;
@@ -87,15 +87,7 @@ describe('CLI: shine chain', () => {
   });
 
   it('a block damaged in the server database: show names it and exits 3', async () => {
-    const server = servers.net().servers[0]!;
-    const [row] = await queryServerDb(server, 'SELECT block FROM chain_blocks WHERE login = ? AND idx = ?', [
-      'alice',
-      1,
-    ]);
-    const original = Buffer.from(row!.block as Uint8Array);
-    const damaged = Buffer.from(original);
-    damaged[damaged.length - 65]! ^= 0x20; // the body's last byte: the block still decodes
-    await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [damaged, 'alice', 1]);
+    const restore = await damageChainBlock(servers.net().servers[0]!, 'alice', 1);
     try {
       const broken = await show('alice');
       assert.equal(broken.code, 3, broken.stderr);
@@ -114,11 +106,7 @@ describe('CLI: shine chain', () => {
       });
       assert.equal(chain.blocks.length, 1);
     } finally {
-      await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [
-        original,
-        'alice',
-        1,
-      ]);
+      await restore();
     }
     assert.equal((await show('alice')).code, 0);
   });

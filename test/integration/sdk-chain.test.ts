@@ -18,7 +18,7 @@ import {
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
-import { queryServerDb } from '../helpers/test-db.js';
+import { damageChainBlock } from '../helpers/chain-damage.js';
 import { waitUntil } from '../helpers/wait.js';
 
 describe('SDK user chains against a real server', () => {
@@ -131,15 +131,7 @@ describe('SDK user chains against a real server', () => {
     } finally {
       await c1.close();
     }
-    const server = net.servers[0]!;
-    const [row] = await queryServerDb(server, 'SELECT block FROM chain_blocks WHERE login = ? AND idx = ?', [
-      'carol',
-      2,
-    ]);
-    const original = Buffer.from(row!.block as Uint8Array);
-    const damaged = Buffer.from(original);
-    damaged[damaged.length - 65]! ^= 0x01; // the body's last byte: the block still decodes
-    await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [damaged, 'carol', 2]);
+    const restore = await damageChainBlock(net.servers[0]!, 'carol', 2);
     try {
       const chain = await anon.getChain('carol');
       assert.deepEqual(chain.problem, { index: 2, reason: 'BAD_SIGNATURE' });
@@ -149,11 +141,7 @@ describe('SDK user chains against a real server', () => {
       );
       assert.equal(chain.headIndex, 3);
     } finally {
-      await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [
-        original,
-        'carol',
-        2,
-      ]);
+      await restore();
     }
     assert.equal((await anon.getChain('carol')).problem, null);
   });

@@ -12,7 +12,7 @@ import { createIdentity as createKeys } from '../../src/client/index.js';
 import { utf8 } from '../../src/protocol/bytes.js';
 import { aliceAndBob, browserSuite, startChat } from '../helpers/browser.js';
 import { connectIdentity } from '../helpers/federated-processes.js';
-import { queryServerDb } from '../helpers/test-db.js';
+import { damageChainBlock } from '../helpers/chain-damage.js';
 
 const blocksOf = (page: Page): Locator => page.getByRole('list', { name: 'Blocks', exact: true });
 const blockWith = (page: Page, text: string): Locator => blocksOf(page).getByRole('listitem').filter({ hasText: text });
@@ -105,18 +105,7 @@ browserSuite('web client (j)', (browser) => {
       await shot(alice, 'alice-sees-carols-log');
 
       // Block 1 of carol's chain is damaged in alpha's database: reopening the log says so and hides blocks 1 and 2.
-      const server = net.servers[0]!;
-      const [row] = await queryServerDb(server, 'SELECT block FROM chain_blocks WHERE login = ? AND idx = ?', [
-        'carol',
-        1,
-      ]);
-      const damaged = Buffer.from(row!.block as Uint8Array);
-      damaged[damaged.length - 65]! ^= 0x01; // the body's last byte: the block still decodes
-      await queryServerDb(server, 'UPDATE chain_blocks SET block = ? WHERE login = ? AND idx = ?', [
-        damaged,
-        'carol',
-        1,
-      ]);
+      await damageChainBlock(net.servers[0]!, 'carol', 1);
       await startChat(alice, 'carol');
       await alice.getByRole('button', { name: 'Public log', exact: true }).click();
       const alert = alice.getByRole('alert');
