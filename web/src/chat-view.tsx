@@ -157,6 +157,9 @@ export function ChatView({
       </div>
       <Composer
         key={chat.peer}
+        id="composer"
+        label="Message"
+        submitLabel="Send"
         editing={editing}
         onCancelEdit={() => setEditing(null)}
         onSubmit={(text) =>
@@ -267,9 +270,17 @@ function Ticks(props: {
   );
 }
 
-function Composer(props: {
-  editing: ChatMessage | null;
-  onCancelEdit: () => void;
+/**
+ * A text box with its button: Enter submits, Shift+Enter starts a new line; with `editing`, Escape or
+ * "Cancel edit" leaves the edit. The chat's composer and the Public log's.
+ */
+export function Composer(props: {
+  id: string;
+  label: string;
+  submitLabel: string;
+  placeholder?: string;
+  editing?: ChatMessage | null;
+  onCancelEdit?: () => void;
   onSubmit: (text: string) => Promise<boolean>;
 }) {
   const [text, setText] = useState('');
@@ -304,13 +315,14 @@ function Composer(props: {
         </p>
       )}
       <div class="row">
-        <label for="composer" class="sr-only">
-          Message
+        <label for={props.id} class="sr-only">
+          {props.label}
         </label>
         <textarea
-          id="composer"
+          id={props.id}
           ref={input}
           rows={1}
+          placeholder={props.placeholder}
           value={text}
           onInput={(e) => setText(e.currentTarget.value)}
           onKeyDown={(e) => {
@@ -318,11 +330,11 @@ function Composer(props: {
             if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
               e.preventDefault();
               void submit();
-            } else if (e.key === 'Escape' && props.editing) props.onCancelEdit();
+            } else if (e.key === 'Escape' && props.editing) props.onCancelEdit?.();
           }}
         />
         <button type="submit" disabled={busy}>
-          {props.editing ? 'Save' : 'Send'}
+          {props.editing ? 'Save' : props.submitLabel}
         </button>
       </div>
     </form>

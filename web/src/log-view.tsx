@@ -1,5 +1,5 @@
 /** The Public log of one user: verified blocks newest first, an honest alert for one that fails, the owner's composer. */
-import { useRef, useState } from 'preact/hooks';
+import { Composer } from './chat-view.js';
 import type { Messenger } from './messenger.js';
 import type { LogEntry, OpenLog } from './public-log.js';
 import { verifiedTitle } from './public-log.js';
@@ -47,7 +47,15 @@ export function LogView({ messenger, log, online }: { messenger: Messenger; log:
           ))}
         </ol>
       </div>
-      {log.mine && <PostComposer onSubmit={(text) => messenger.run(() => messenger.postToLog(text))} />}
+      {log.mine && (
+        <Composer
+          id="log-post"
+          label="Post to your public log"
+          placeholder="Post to your public log"
+          submitLabel="Post"
+          onSubmit={(text) => messenger.run(() => messenger.postToLog(text))}
+        />
+      )}
     </section>
   );
 }
@@ -70,51 +78,5 @@ function BlockItem({ login, entry }: { login: string; entry: LogEntry }) {
         </span>
       </span>
     </li>
-  );
-}
-
-function PostComposer({ onSubmit }: { onSubmit: (text: string) => Promise<boolean> }) {
-  const [text, setText] = useState('');
-  const [busy, setBusy] = useState(false);
-  const input = useRef<HTMLTextAreaElement>(null);
-  const submit = async () => {
-    const value = text.trim();
-    if (!value || busy) return;
-    setBusy(true);
-    if (await onSubmit(value)) setText('');
-    setBusy(false);
-    input.current?.focus();
-  };
-  return (
-    <form
-      class="composer"
-      onSubmit={(e) => {
-        e.preventDefault();
-        void submit();
-      }}
-    >
-      <div class="row">
-        <label for="log-post" class="sr-only">
-          Post to your public log
-        </label>
-        <textarea
-          id="log-post"
-          ref={input}
-          rows={1}
-          placeholder="Post to your public log"
-          value={text}
-          onInput={(e) => setText(e.currentTarget.value)}
-          onKeyDown={(e) => {
-            if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
-              e.preventDefault();
-              void submit();
-            }
-          }}
-        />
-        <button type="submit" disabled={busy}>
-          Post
-        </button>
-      </div>
-    </form>
   );
 }
