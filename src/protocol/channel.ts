@@ -5,6 +5,7 @@
  * `send(text)` and feeds it the texts it receives. No Node built-ins: the SDK runs in browsers.
  */
 import type { ErrorResponse, IncomingFrame } from './envelope.js';
+import type { ErrorDetails } from './errors.js';
 import { ShineError, isErrorCode } from './errors.js';
 
 /** Timers of an injected clock (the server's Clock fits); the default uses the global setTimeout. */
@@ -34,7 +35,12 @@ export function errorOfAnswer(frame: ErrorResponse, prefix = ''): ShineError {
   const error: Partial<ErrorResponse['error']> =
     typeof frame.error === 'object' && frame.error !== null ? frame.error : {};
   const code = typeof error.code === 'string' && isErrorCode(error.code) ? error.code : 'INTERNAL';
-  return new ShineError(code, prefix + (typeof error.message === 'string' ? error.message : 'error'));
+  const details: ErrorDetails = {};
+  if (typeof error.headIndex === 'number') details.headIndex = error.headIndex;
+  if (typeof error.headHash === 'string' || error.headHash === null) details.headHash = error.headHash;
+  return new ShineError(code, prefix + (typeof error.message === 'string' ? error.message : 'error'), {
+    ...('headIndex' in details ? { details } : {}),
+  });
 }
 
 export const shineErrors: ChannelErrors = {

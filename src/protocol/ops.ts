@@ -403,6 +403,9 @@ export interface SyncCycleSummary {
   settingsRows: number;
   /** Copies anti-entropy fetched after the pulls (docs/protocol.md §7). */
   repairedCopies: number;
+  /** Chain blocks the backfill stored, and chains replaced by a resync (docs/protocol.md §14.3). */
+  chainBlocksPulled: number;
+  chainResyncs: number;
   errors: number;
   durationMs: number;
 }

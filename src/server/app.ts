@@ -44,6 +44,8 @@ import { loadVapidIdentity } from './push/vapid.js';
 import { ProcessRegistry } from './cluster/processes.js';
 import { ClusterLimits } from './cluster/limits.js';
 import { Redis } from 'ioredis';
+import { ChainService } from './chains/service.js';
+import { chainAdminRoutes, registerChainOps } from './api/chains.js';
 
 /** A started server; close() (or `await using`) stops it and releases its port and database. */
 export interface RunningServer extends AsyncDisposable {
@@ -217,7 +219,21 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       peers: peerUp,
       serverKey,
     });
+    const chains = new ChainService({
+      config,
+      clock,
+      store,
+      directory,
+      fanout,
+      verifier,
+      peers,
+      sourceOf: (session, source) => federation.sourceOf(session, source),
+      log,
+      metrics,
+      background,
+    });
     const replication = new ReplicationService({
+      chains,
       bulkVerifier,
       config,
       clock,
@@ -282,6 +298,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     registerReplicationOps(registry, replication);
     registerPushOps(registry, push);
     registerCallOps(registry, calls);
+    registerChainOps(registry, chains);
     const adminRoutes = [
       ...adminApi({
         store,
@@ -291,6 +308,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         check: (opts) => checkDatabase({ store, verifier, nowMs: () => clock.now() }, opts),
       }),
       ...pushAdminRoutes(push),
+      ...chainAdminRoutes(chains),
     ];
     const ctx: AppContext = {
       config,
@@ -311,6 +329,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     };
 
     await directory.start();
+    await chains.checkPartners();
     dm.start();
     stoppers.push(['dm', () => dm.close()]);
     const federated = config.serverLogin !== UNFEDERATED_SERVER_LOGIN;
@@ -321,6 +340,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     }
     transport.serve(ctx);
     if (federated) {
+      chains.start();
       replication.start();
       stoppers.push(['replication', () => replication.close()]);
     }

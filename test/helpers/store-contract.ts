@@ -17,7 +17,7 @@ import {
 import { toBase64 } from '../../src/protocol/bytes.js';
 import { checkDatabase } from '../../src/server/check/service.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
-import { copyDigest, xorInto } from '../../src/server/store/rules.js';
+import { ZERO_HASH_HEX, copyDigest, xorInto } from '../../src/server/store/rules.js';
 import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
 import type { Store, StorePairInput } from '../../src/server/store/types.js';
@@ -26,6 +26,16 @@ import type { PairSpec } from './containers.js';
 import { publicKeyOf, testPair } from './containers.js';
 
 export const T0 = 1_774_700_000_000;
+
+/** The tables of migration 6 (user chains). */
+const CHAIN_TABLES = [
+  'chain_blocks',
+  'chain_heads',
+  'chain_seq',
+  'chain_resync',
+  'chain_partner_cursors',
+  'chain_partner_acks',
+];
 
 /** Makes fresh, migrated stores of one dialect (empty of rows); the test file closes them and drops their data. */
 export interface StoreFactory {
@@ -412,16 +422,21 @@ export function storeContract(factory: StoreFactory): void {
       const all = [{ fromTimeMs: 0, toTimeMs: T0 * 2 }];
       const before = await store.replication.dmDigest('alice', all);
       assert.equal(before[0]!.count, 6);
-      // A database from before the migration (it is the last one): its columns and index gone, its version back.
+      // A database from before the migration (5: its columns and index gone, and the objects of the migrations
+      // after it), its version back at 4.
       const sqlite = factory.dialect === 'sqlite';
-      const version = (sqlite ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS).length - 1;
+      const version = 4;
+      assert.ok((sqlite ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS).length > version);
+      const later = CHAIN_TABLES.map((t) => `DROP TABLE ${t}`);
       const undo = sqlite
         ? [
+            ...later,
             'DROP INDEX dm_sync_outbox_digest',
             ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
             `PRAGMA user_version = ${version}`,
           ]
         : [
+            ...later,
             'ALTER TABLE dm_sync_outbox DROP COLUMN time_ms, DROP COLUMN copies, DROP COLUMN digest',
             `DELETE FROM schema_migrations WHERE version > ${version}`,
           ];
@@ -719,6 +734,117 @@ export function storeContract(factory: StoreFactory): void {
       assert.deepEqual(
         (await store.directory.listServers()).map((s) => s.descriptor.serverLogin),
         ['beta', 'zeta'],
+      );
+    });
+
+    it('chains: appends follow the head, say why not otherwise, and globalSeq grows with every append', async () => {
+      const store = await fresh();
+      const h = (login: string, i: number, v = 'a') => `${login}-${i}-${v}`.padEnd(64, '0');
+      const blk = (login: string, i: number, v = 'a', prev = i === 0 ? ZERO_HASH_HEX : h(login, i - 1)) => ({
+        login,
+        index: i,
+        prevHash: prev,
+        hash: h(login, i, v),
+        timeMs: T0 + i,
+        bytes: new Uint8Array([i, v.charCodeAt(0)]),
+      });
+      assert.equal(await store.chains.head('alice'), null);
+      const g = await store.chains.append(blk('alice', 0));
+      assert.equal(g.link, 'stored');
+      assert.equal((await store.chains.append(blk('bob', 1))).link, 'gap');
+      assert.equal((await store.chains.append(blk('bob', 0, 'a', h('x', 0)))).link, 'mismatch');
+      const b0 = await store.chains.append(blk('bob', 0));
+      const a1 = await store.chains.append(blk('alice', 1));
+      assert.ok(g.globalSeq! < b0.globalSeq! && b0.globalSeq! < a1.globalSeq!);
+      assert.deepEqual(await store.chains.append(blk('alice', 0)), {
+        link: 'known',
+        head: a1.head,
+        globalSeq: g.globalSeq,
+      });
+      assert.equal((await store.chains.append(blk('alice', 1, 'b'))).link, 'diverged');
+      assert.equal((await store.chains.append(blk('alice', 2, 'a', h('alice', 1, 'b')))).link, 'mismatch');
+      assert.equal((await store.chains.append(blk('alice', 3))).link, 'gap');
+      assert.equal((await store.chains.append({ ...blk('alice', 2), timeMs: T0 })).link, 'time');
+      assert.deepEqual(await store.chains.head('alice'), {
+        login: 'alice',
+        index: 1,
+        hash: h('alice', 1),
+        timeMs: T0 + 1,
+        globalSeq: a1.globalSeq,
+      });
+      const rows = await store.chains.blocks('alice', 0, 10);
+      assert.deepEqual(
+        rows.map((r) => [r.index, r.hash, [...r.bytes]]),
+        [
+          [0, h('alice', 0), [0, 97]],
+          [1, h('alice', 1), [1, 97]],
+        ],
+      );
+      assert.equal(await store.chains.hashAt('alice', 1), h('alice', 1));
+      assert.equal(await store.chains.hashAt('alice', 2), null);
+      // Heads in globalSeq order after a cursor: bob's head is older than alice's.
+      assert.deepEqual(
+        (await store.chains.headsAfter(0, 10)).map((x) => x.login),
+        ['bob', 'alice'],
+      );
+      assert.deepEqual(
+        (await store.chains.headsAfter(b0.globalSeq!, 10)).map((x) => x.login),
+        ['alice'],
+      );
+      // A replacement takes a new globalSeq, and removes the marker.
+      assert.deepEqual(await store.chains.markResync({ login: 'alice', source: 'alpha', startedAtMs: 5 }), {
+        login: 'alice',
+        source: 'alpha',
+        startedAtMs: 5,
+      });
+      assert.equal((await store.chains.markResync({ login: 'alice', source: 'beta', startedAtMs: 9 })).source, 'alpha');
+      assert.deepEqual(await store.chains.resyncMarkers(), [{ login: 'alice', source: 'alpha', startedAtMs: 5 }]);
+      const other = [blk('alice', 0), blk('alice', 1, 'b'), blk('alice', 2, 'b', h('alice', 1, 'b'))];
+      const { replaced, head } = await store.chains.replace('alice', other);
+      assert.equal(replaced?.hash, h('alice', 1));
+      assert.equal(head.index, 2);
+      assert.ok(head.globalSeq > a1.globalSeq!);
+      assert.deepEqual(await store.chains.resyncMarkers(), []);
+      assert.deepEqual(
+        (await store.chains.blocks('alice', 1, 10)).map((r) => r.hash),
+        [h('alice', 1, 'b'), h('alice', 2, 'b')],
+      );
+      assert.deepEqual(
+        (await store.chains.headsAfter(0, 10)).map((x) => x.login),
+        ['bob', 'alice'],
+      );
+      // Partner cursors and acks (an ack never moves back).
+      assert.equal(await store.chains.partnerCursor('beta'), 0);
+      await store.chains.setPartnerCursor('beta', 42);
+      assert.equal(await store.chains.partnerCursor('beta'), 42);
+      await store.chains.ackPartner({ partner: 'beta', login: 'alice', index: 2, hash: h('alice', 2), ackedAtMs: 1 });
+      await store.chains.ackPartner({ partner: 'beta', login: 'alice', index: 1, hash: h('alice', 1), ackedAtMs: 2 });
+      assert.deepEqual(await store.chains.partnerAcks('alice'), [
+        { partner: 'beta', login: 'alice', index: 2, hash: h('alice', 2), ackedAtMs: 1 },
+      ]);
+    });
+
+    it('chains: concurrent appends to many chains get distinct, commit-ordered globalSeqs', async () => {
+      const store = await fresh();
+      const logins = Array.from({ length: 20 }, (_, i) => `user${i}`);
+      const results = await Promise.all(
+        logins.map((login) =>
+          store.chains.append({
+            login,
+            index: 0,
+            prevHash: ZERO_HASH_HEX,
+            hash: login.padEnd(64, '0'),
+            timeMs: T0,
+            bytes: new Uint8Array([1]),
+          }),
+        ),
+      );
+      const seqs = results.map((r) => r.globalSeq!);
+      assert.equal(new Set(seqs).size, logins.length);
+      const heads = await store.chains.headsAfter(0, 100);
+      assert.deepEqual(
+        heads.map((x) => x.globalSeq),
+        [...seqs].sort((a, b) => a - b),
       );
     });
 

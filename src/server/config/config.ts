@@ -37,6 +37,8 @@ export interface Config {
   serverKeySeedB64?: string | undefined;
   directoryFile?: string | undefined;
   peers: PeerConfig[];
+  /** Servers that mirror every user chain with this one (docs/protocol.md §14.3); each a known peer. */
+  chainPartners: string[];
   s2sAuth: 'required' | 'off';
   adminToken?: string | undefined;
   /** Attempt offsets from acceptance; starts with 0, strictly increasing. */
@@ -116,6 +118,8 @@ export interface ConfigInput {
   directoryFile?: string | undefined;
   /** `login=wsUrl,…` or the parsed form. */
   peers?: string | PeerConfig[] | undefined;
+  /** `login,login,…` or the parsed form. */
+  chainPartners?: string | string[] | undefined;
   s2sAuth?: string | undefined;
   adminToken?: string | undefined;
   retryScheduleMs?: string | number[] | undefined;
@@ -214,6 +218,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'serverKeySeedB64',
   'directoryFile',
   'peers',
+  'chainPartners',
   's2sAuth',
   'adminToken',
   'retryScheduleMs',
@@ -307,6 +312,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     serverKeySeedB64: seed(input.serverKeySeedB64),
     directoryFile: optionalNonEmpty('directoryFile', input.directoryFile),
     peers: parsePeers(input.peers ?? []),
+    chainPartners: parseChainPartners(input.chainPartners ?? []),
     s2sAuth: oneOf('s2sAuth', input.s2sAuth ?? d.s2sAuth, ['required', 'off'] as const),
     adminToken: optionalNonEmpty('adminToken', input.adminToken),
     retryScheduleMs,
@@ -355,6 +361,9 @@ export function resolveConfig(input: ConfigInput = {}): Config {
   if (config.peers.some((p) => p.serverLogin === serverLogin)) {
     throw new ConfigError('peers', `lists this server (${serverLogin}) itself`);
   }
+  if (config.chainPartners.includes(serverLogin)) {
+    throw new ConfigError('chainPartners', `lists this server (${serverLogin}) itself`);
+  }
   return config;
 }
 
@@ -402,6 +411,27 @@ export function parsePeers(value: string | readonly PeerConfig[]): PeerConfig[] 
     seen.add(p.serverLogin);
     return { serverLogin: p.serverLogin, wsUrl: wsUrl('peers', p.wsUrl) };
   });
+}
+
+/**
+ * Parses `login,login,…` (or checks the parsed form): valid server logins, none twice. That each is a known
+ * peer is checked at start-up, once the directory is loaded (docs/protocol.md §14.3).
+ */
+export function parseChainPartners(value: string | readonly string[]): string[] {
+  const list =
+    typeof value !== 'string'
+      ? value
+      : value
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '');
+  const seen = new Set<string>();
+  for (const login of list) {
+    if (!isValidLogin(login)) throw new ConfigError('chainPartners', `"${login}" is not a valid server login`);
+    if (seen.has(login)) throw new ConfigError('chainPartners', `${login} is listed twice`);
+    seen.add(login);
+  }
+  return [...list];
 }
 
 /** A rate limit from `perSecond,burst` or its object form (missing fields from fallback). */

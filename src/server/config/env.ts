@@ -18,6 +18,7 @@ export const ENV_VARS = {
   SHINE_SERVER_KEY_SEED_B64: 'serverKeySeedB64',
   SHINE_DIRECTORY_FILE: 'directoryFile',
   SHINE_PEERS: 'peers',
+  SHINE_CHAIN_PARTNERS: 'chainPartners',
   SHINE_S2S_AUTH: 's2sAuth',
   SHINE_ADMIN_TOKEN: 'adminToken',
   SHINE_RETRY_SCHEDULE_MS: 'retryScheduleMs',

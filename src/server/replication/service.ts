@@ -26,8 +26,11 @@ import type { SyncItem } from './anti-entropy.js';
 import { addRepairStats, AntiEntropy, emptyRepairStats } from './anti-entropy.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import { checkReceipts, expectationFor, proofSigners } from '../delivery/receipts.js';
+import type { ChainService } from '../chains/service.js';
 
 export interface ReplicationDeps {
+  /** User chains: their backfill and pending resyncs run in every cycle (docs/protocol.md §14.3). */
+  chains?: Pick<ChainService, 'cycle'>;
   config: Config;
   clock: Clock;
   store: Pick<Store, 'directory' | 'messages' | 'processes' | 'replication' | 'settings'>;
@@ -342,6 +345,8 @@ export class ReplicationService {
       dmRows: 0,
       settingsRows: 0,
       repairedCopies: 0,
+      chainBlocksPulled: 0,
+      chainResyncs: 0,
       errors: 0,
       durationMs: 0,
     };
@@ -367,6 +372,12 @@ export class ReplicationService {
         }
       }
       if (signal.aborted) break;
+    }
+    if (this.deps.chains && !signal.aborted) {
+      const chains = await this.deps.chains.cycle(signal, onlyPeer);
+      summary.chainBlocksPulled = chains.blocksPulled;
+      summary.chainResyncs = chains.resyncs;
+      summary.errors += chains.errors;
     }
     summary.durationMs = clock.now() - started;
     this.lastCycle = { ...summary, finishedAtMs: clock.now() };

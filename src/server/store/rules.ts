@@ -22,7 +22,16 @@ import {
   receiptTargetBaseKey,
   syncIdOf,
 } from '../../protocol/container.js';
-import type { CopyResult, DigestBucket, OutboxPolicy, OutboxRow, TimeRange } from './types.js';
+import type {
+  ChainBlockInput,
+  ChainHead,
+  ChainLink,
+  CopyResult,
+  DigestBucket,
+  OutboxPolicy,
+  OutboxRow,
+  TimeRange,
+} from './types.js';
 
 /** The revision a stored row carries. */
 export interface StoredRevision {
@@ -307,3 +316,29 @@ export class DigestFold {
 
 /** Rows per read when a digest pages through an owner's outbox index. */
 export const DIGEST_PAGE_ROWS = 5000;
+
+// ---- user chains (docs/protocol.md §14.2) ----
+
+/** prevHash of a genesis block, as hex. */
+export const ZERO_HASH_HEX = '0'.repeat(64);
+
+/**
+ * How block relates to the chain whose head is `head`; `heldHash` is the hash this chain holds at block.index
+ * (looked up only when heldIndex() says the chain holds that index). `stored` means: append it.
+ */
+export function chainLink(
+  head: Pick<ChainHead, 'index' | 'hash' | 'timeMs'> | null,
+  block: Pick<ChainBlockInput, 'index' | 'prevHash' | 'hash' | 'timeMs'>,
+  heldHash: string | null,
+): ChainLink {
+  const headIndex = head?.index ?? -1;
+  if (block.index <= headIndex) return heldHash === block.hash ? 'known' : 'diverged';
+  if (block.index > headIndex + 1) return 'gap';
+  if (block.prevHash !== (head?.hash ?? ZERO_HASH_HEX)) return 'mismatch';
+  if (head && block.timeMs < head.timeMs) return 'time';
+  return 'stored';
+}
+
+/** Whether chainLink needs the hash held at block.index (the chain holds that index already). */
+export const holdsIndex = (head: Pick<ChainHead, 'index'> | null, index: number): boolean =>
+  index <= (head?.index ?? -1);

@@ -454,6 +454,99 @@ export interface CheckStore {
   rewriteOutbox(row: OutboxRow): Promise<boolean>;
 }
 
+// ---- user chains (docs/protocol.md §14) ----
+
+/** A chain's last block as the store keeps it; hashes are 64 lowercase hex digits, as on the wire. */
+export interface ChainHead {
+  login: string;
+  index: number;
+  hash: string;
+  timeMs: number;
+  /** The server-local event-log position of the head's block (docs/protocol.md §14.2). */
+  globalSeq: number;
+}
+
+/** A block to append: its decoded fields the store checks the link with, and its bytes. */
+export interface ChainBlockInput {
+  login: string;
+  index: number;
+  /** The previous block's hash (hex); 64 zeros for a genesis block. */
+  prevHash: string;
+  hash: string;
+  timeMs: number;
+  bytes: Uint8Array;
+}
+
+export interface ChainBlockRow {
+  index: number;
+  hash: string;
+  timeMs: number;
+  globalSeq: number;
+  bytes: Uint8Array;
+}
+
+/**
+ * What an append found (src/server/store/rules.ts, chainLink): `stored` (new head), `known` (this very block is
+ * held), `gap` (index beyond head + 1), `mismatch` (head + 1 with another prevHash, or a genesis block with a
+ * non-zero one), `diverged` (another block is held at that index), `time` (timeMs before the head's).
+ */
+export type ChainLink = 'stored' | 'known' | 'gap' | 'mismatch' | 'diverged' | 'time';
+
+export interface AppendBlockResult {
+  link: ChainLink;
+  /** The head after the call (null: the chain is empty). */
+  head: ChainHead | null;
+  /** globalSeq of the block, when stored or known. */
+  globalSeq: number | null;
+}
+
+/** A chain marked for a full download from its authoritative server (docs/protocol.md §14.3). */
+export interface ResyncMarker {
+  login: string;
+  source: string;
+  startedAtMs: number;
+}
+
+/** A partner's last acknowledged block of one chain. */
+export interface PartnerAck {
+  partner: string;
+  login: string;
+  index: number;
+  hash: string;
+  ackedAtMs: number;
+}
+
+/**
+ * User chains (docs/protocol.md §14). Isolation: every append and replacement takes the one globalSeq counter
+ * row first (its row lock on PostgreSQL, the single writer on SQLite), so globalSeq grows in commit order and
+ * a GetChainHeads cursor never skips a chain (decision 43).
+ */
+export interface ChainStore {
+  head(login: string): Promise<ChainHead | null>;
+  /** Blocks from fromIndex on, at most limit, in index order. */
+  blocks(login: string, fromIndex: number, limit: number): Promise<ChainBlockRow[]>;
+  /** The hash of the block at index, or null. */
+  hashAt(login: string, index: number): Promise<string | null>;
+  /** Appends a block when it follows the head (checked inside the transaction); otherwise says why not. */
+  append(block: ChainBlockInput): Promise<AppendBlockResult>;
+  /**
+   * Replaces a whole chain (blocks verified from genesis by the caller) and removes its resync marker, in one
+   * transaction; answers the head replaced.
+   */
+  replace(login: string, blocks: readonly ChainBlockInput[]): Promise<{ replaced: ChainHead | null; head: ChainHead }>;
+  /** Heads whose globalSeq is after the cursor, in globalSeq order. */
+  headsAfter(afterGlobalSeq: number, limit: number): Promise<ChainHead[]>;
+  /** Writes the marker unless one is there already; answers the marker in force. */
+  markResync(marker: ResyncMarker): Promise<ResyncMarker>;
+  resyncMarkers(): Promise<ResyncMarker[]>;
+  clearResync(login: string): Promise<void>;
+  partnerCursor(partner: string): Promise<number>;
+  setPartnerCursor(partner: string, afterGlobalSeq: number): Promise<void>;
+  /** Records that partner holds login's chain up to index (never moves an ack back). */
+  ackPartner(ack: PartnerAck): Promise<void>;
+  partnerAcks(login: string): Promise<PartnerAck[]>;
+}
+
 /** Every area of one database, with its lifecycle. Services take the areas they use, one by one. */
 export interface Store {
   /** Which dialect this is. */
@@ -469,6 +562,7 @@ export interface Store {
   readonly push: PushStore;
   readonly processes: ProcessStore;
   readonly check: CheckStore;
+  readonly chains: ChainStore;
   /**
    * Transactions committed and writes in them since the store opened (SQLite groups many writes into
    * one commit; on PostgreSQL each write is its own transaction), for /metrics and benchmarks.

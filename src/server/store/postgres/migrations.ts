@@ -221,6 +221,48 @@ export const POSTGRES_MIGRATIONS: readonly PgMigration[] = [
       }
     },
   },
+  // 6: user chains (docs/protocol.md §14), as SQLite's migration 6.
+  `
+  CREATE TABLE chain_blocks (
+    login ${T} NOT NULL,
+    idx BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    time_ms BIGINT NOT NULL,
+    global_seq BIGINT NOT NULL,
+    block BYTEA NOT NULL,
+    PRIMARY KEY (login, idx)
+  );
+  CREATE TABLE chain_heads (
+    login ${T} PRIMARY KEY,
+    head_index BIGINT NOT NULL,
+    head_hash TEXT NOT NULL,
+    time_ms BIGINT NOT NULL,
+    global_seq BIGINT NOT NULL UNIQUE
+  );
+  CREATE TABLE chain_seq (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    value BIGINT NOT NULL
+  );
+  INSERT INTO chain_seq (id, value) VALUES (1, 0);
+  CREATE TABLE chain_resync (
+    login ${T} PRIMARY KEY,
+    source TEXT NOT NULL,
+    started_at_ms BIGINT NOT NULL
+  );
+  CREATE TABLE chain_partner_cursors (
+    partner ${T} PRIMARY KEY,
+    after_global_seq BIGINT NOT NULL
+  );
+  CREATE TABLE chain_partner_acks (
+    partner ${T} NOT NULL,
+    login ${T} NOT NULL,
+    head_index BIGINT NOT NULL,
+    head_hash TEXT NOT NULL,
+    acked_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (partner, login)
+  );
+  CREATE INDEX chain_partner_acks_login ON chain_partner_acks (login);
+  `,
 ];
 
 const MIGRATION_LOCK = lockKey('shine:migrations');

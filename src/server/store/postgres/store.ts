@@ -1,5 +1,6 @@
 /** The Store on PostgreSQL: every area over one pool (docs/protocol.md §9.2). */
 import type { Store } from '../types.js';
+import { PgChainStore } from './chains.js';
 import { PgCheckStore } from './check.js';
 import { PgDb } from './db.js';
 import { PgDeliveryStore } from './delivery.js';
@@ -38,6 +39,7 @@ export class PostgresStore implements Store {
   readonly push: PgPushStore;
   readonly processes: PgProcessStore;
   readonly check: PgCheckStore;
+  readonly chains: PgChainStore;
 
   constructor(readonly db: PgDb) {
     this.meta = new PgMetaStore(db);
@@ -51,6 +53,7 @@ export class PostgresStore implements Store {
     this.push = new PgPushStore(db);
     this.processes = new PgProcessStore(db);
     this.check = new PgCheckStore(db);
+    this.chains = new PgChainStore(db);
   }
 
   commitStats(): { commits: number; writes: number } {

@@ -222,4 +222,47 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
       }
     },
   },
+  // 6: user chains (docs/protocol.md §14): blocks, heads in globalSeq order, the one globalSeq counter row,
+  // resync markers, and per partner the GetChainHeads cursor and the acknowledged heads.
+  `
+  CREATE TABLE chain_blocks (
+    login TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    global_seq INTEGER NOT NULL,
+    block BLOB NOT NULL,
+    PRIMARY KEY (login, idx)
+  ) STRICT;
+  CREATE TABLE chain_heads (
+    login TEXT PRIMARY KEY,
+    head_index INTEGER NOT NULL,
+    head_hash TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    global_seq INTEGER NOT NULL UNIQUE
+  ) STRICT;
+  CREATE TABLE chain_seq (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    value INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO chain_seq (id, value) VALUES (1, 0);
+  CREATE TABLE chain_resync (
+    login TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    started_at_ms INTEGER NOT NULL
+  ) STRICT;
+  CREATE TABLE chain_partner_cursors (
+    partner TEXT PRIMARY KEY,
+    after_global_seq INTEGER NOT NULL
+  ) STRICT;
+  CREATE TABLE chain_partner_acks (
+    partner TEXT NOT NULL,
+    login TEXT NOT NULL,
+    head_index INTEGER NOT NULL,
+    head_hash TEXT NOT NULL,
+    acked_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (partner, login)
+  ) STRICT;
+  CREATE INDEX chain_partner_acks_login ON chain_partner_acks (login);
+  `,
 ];

@@ -1,5 +1,6 @@
 /** The Store on SQLite (better-sqlite3, WAL, group commit): one connection shared by every area. */
 import type { Store } from '../types.js';
+import { SqliteChainStore } from './chains.js';
 import { SqliteCheckStore } from './check.js';
 import type { SqliteSync } from './db.js';
 import { SqliteDb } from './db.js';
@@ -41,6 +42,7 @@ export class SqliteStore implements Store {
   readonly push: SqlitePushStore;
   readonly processes: SqliteProcessStore;
   readonly check: SqliteCheckStore;
+  readonly chains: SqliteChainStore;
 
   constructor(readonly db: SqliteDb) {
     this.meta = new SqliteMetaStore(db);
@@ -54,6 +56,7 @@ export class SqliteStore implements Store {
     this.push = new SqlitePushStore(db);
     this.processes = new SqliteProcessStore(db);
     this.check = new SqliteCheckStore(db);
+    this.chains = new SqliteChainStore(db);
   }
 
   commitStats(): { commits: number; writes: number } {
