@@ -46,8 +46,8 @@ browserSuite('web client (j)', (browser) => {
       assert.equal(await first.getAttribute('data-verified'), 'true');
       assert.equal(await first.getAttribute('data-index'), '0');
       assert.match(
-        (await first.getByText('Verified', { exact: true }).getAttribute('title')) ?? '',
-        /^Verified in this browser: signed with alice's key; the first block of the log; hash [0-9a-f]{16}…$/,
+        (await first.locator('.verified-mark').getAttribute('title')) ?? '',
+        /^Verified in this browser: signed with alice’s key; the first block of the log; hash [0-9a-f]{16}…$/,
       );
       await shot(alice, 'alice-own-log');
 
@@ -112,7 +112,7 @@ browserSuite('web client (j)', (browser) => {
       await alert.waitFor();
       assert.equal(
         await alert.innerText(),
-        "✗ Block 1 failed verification: it is not signed by carol's key. It and the blocks after it are not shown.",
+        '✗ Block 1 failed verification: it is not signed by carol’s key. It and the blocks after it are not shown.',
       );
       assert.deepEqual(await shownTexts(alice), ['carol: genesis']);
       assert.equal(await alice.getByRole('status').count(), 0, 'no "all verified" line beside the alert');

@@ -51,14 +51,14 @@ describe('Public log model', () => {
     assert.equal(log.head?.index, 1);
     assert.deepEqual(log.problem, {
       index: 2,
-      text: "Block 2 failed verification: it is not signed by carol's key. It and the blocks after it are not shown.",
+      text: 'Block 2 failed verification: it is not signed by carol’s key. It and the blocks after it are not shown.',
     });
   });
 
   it('names each reason and what the verified mark checked', () => {
     assert.equal(
       problemSentence('carol', { index: 4, reason: 'PREV_HASH' }),
-      "Block 4 failed verification: it does not link to the block before it (prevHash is not that block's hash). It and the blocks after it are not shown.",
+      'Block 4 failed verification: it does not link to the block before it (prevHash is not that block’s hash). It and the blocks after it are not shown.',
     );
     assert.match(
       problemSentence('carol', { index: 7, reason: 'SHORT' }),
@@ -70,7 +70,7 @@ describe('Public log model', () => {
     ]).map(entryOf) as [ReturnType<typeof entryOf>, ReturnType<typeof entryOf>];
     assert.match(
       verifiedTitle('carol', first),
-      /signed with carol's key; the first block of the log; hash [0-9a-f]{16}…$/,
+      /signed with carol’s key; the first block of the log; hash [0-9a-f]{16}…$/,
     );
     assert.match(verifiedTitle('carol', second), /; follows block 0;/);
   });

@@ -72,12 +72,13 @@ export function withBlocks(log: OpenLog, blocks: readonly Block[], problem: Veri
 export function problemSentence(login: string, problem: NonNullable<VerifiedChain['problem']>): string {
   const what = describeChainProblem(problem)
     .replace(/^block \d+ /, '')
-    .replace("the owner's key", `${login}'s key`);
+    .replace("the owner's key", `${login}’s key`)
+    .replace("block's", 'block’s');
   return `Block ${problem.index} failed verification: it ${what}. It and the blocks after it are not shown.`;
 }
 
 /** The verified mark's hover text: what was checked. */
 export function verifiedTitle(login: string, entry: LogEntry): string {
   const link = entry.index === 0 ? 'the first block of the log' : `follows block ${entry.index - 1}`;
-  return `Verified in this browser: signed with ${login}'s key; ${link}; hash ${entry.blockHash.slice(0, 16)}…`;
+  return `Verified in this browser: signed with ${login}’s key; ${link}; hash ${entry.blockHash.slice(0, 16)}…`;
 }
