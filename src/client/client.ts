@@ -32,6 +32,7 @@ import type {
   OpAnswer,
   PairAnswer,
 } from '../protocol/ops.js';
+import { MAX_CHAIN_PAGE } from '../protocol/ops.js';
 import { containerSha256B64 } from '../protocol/receipt.js';
 import type { ChainItem, VerifiedChain } from './chain.js';
 import { buildNextBlock, checkChainItems, describeChainProblem } from './chain.js';
@@ -687,7 +688,8 @@ export class ShineClient {
    * of the user's profile: each block decodes, carries the login, follows the block before it and is signed by
    * the user; the last one must be the head the server names. It stops at the first problem and says so
    * (`problem`); the blocks before it are returned. With `after` (a block verified before) only the blocks
-   * after it are read and must follow it. Rejects only when a request fails (USER_NOT_FOUND for an unknown user).
+   * after it are read and must follow it. Pages hold pageSize blocks (default 500, the most GetChain gives).
+   * Rejects only when a request fails (USER_NOT_FOUND for an unknown user).
    */
   async getChain(login: string, options: { after?: Block; pageSize?: number } = {}): Promise<VerifiedChain> {
     const publicKey = await this.chainKeyOf(login);
@@ -704,7 +706,7 @@ export class ShineClient {
       const page = await this.request('GetChain', {
         login,
         fromIndex: head ? head.index + 1 : 0,
-        ...(options.pageSize === undefined ? {} : { limit: options.pageSize }),
+        limit: options.pageSize ?? MAX_CHAIN_PAGE,
       });
       const checked = checkChainItems(page.items, publicKey, login, head);
       blocks.push(...checked.blocks);
