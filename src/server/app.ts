@@ -323,6 +323,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       directory,
       dm,
       push,
+      chains,
       registry,
       limiter: limits.limiter,
       adminRoutes,

@@ -5,6 +5,7 @@ import type { Clock } from './clock.js';
 import type { Config } from './config/config.js';
 import type { Directory } from './directory/service.js';
 import type { DmService } from './dm/service.js';
+import type { ChainService } from './chains/service.js';
 import type { ServerKey } from './keys.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
@@ -30,6 +31,8 @@ export interface AppContext {
   readonly directory: Directory;
   readonly dm: DmService;
   readonly push: PushService;
+  /** User chains and their partners (docs/protocol.md §14). */
+  readonly chains: ChainService;
   readonly registry: OpRegistry;
   /** Rate limits per key, shared by the processes of this server through Redis when it has Redis. */
   readonly limiter: LimiterFactory;

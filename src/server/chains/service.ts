@@ -98,6 +98,8 @@ export class ChainService {
   private readonly acked = new Map<string, Map<string, { index: number; hash: string; atMs: number }>>();
   /** One catch-up or resync of a chain at a time in this process. */
   private readonly chainLock = new KeyedMutex();
+  /** Chains replaced by a resync since start (a cycle reports its own share). */
+  private resyncsDone = 0;
   private readonly stored: Counter;
   private readonly pushed: Counter;
   private readonly pulled: Counter;
@@ -320,7 +322,8 @@ export class ChainService {
         if (next.done) return;
         const [login, from] = next.value;
         queue.delete(login);
-        const progress = { next: from };
+        // What the partner acknowledged is not sent again (a CHAIN_GAP answer moves back if it lost it).
+        const progress = { next: Math.max(from, (this.acked.get(partner)?.get(login)?.index ?? -1) + 1) };
         try {
           await this.pushChain(partner, login, progress);
           failingSince = null;
@@ -400,6 +403,7 @@ export class ChainService {
   /** The chain part of a replication cycle: backfill from every partner (or onlyPeer), then pending resyncs. */
   async cycle(signal: AbortSignal, onlyPeer?: string): Promise<ChainCycleSummary> {
     const summary: ChainCycleSummary = { partners: 0, blocksPulled: 0, resyncs: 0, errors: 0 };
+    const resyncsBefore = this.resyncsDone;
     for (const partner of this.partners) {
       if (signal.aborted) break;
       if (onlyPeer !== undefined && partner !== onlyPeer) continue;
@@ -415,12 +419,12 @@ export class ChainService {
       if (signal.aborted) break;
       try {
         await this.resync(marker);
-        summary.resyncs++;
       } catch (err) {
         summary.errors++;
         this.deps.log.warn('chain resync failed; the marker stays', { ...marker, err: String(err) });
       }
     }
+    summary.resyncs = this.resyncsDone - resyncsBefore;
     return summary;
   }
 
@@ -509,7 +513,10 @@ export class ChainService {
     }
     const marker = await store.chains.markResync({ login, source: authoritative, startedAtMs: clock.now() });
     log.warn('chain diverged; resync from the authoritative server', { ...marker, partner: reportedBy });
-    await this.resyncLocked(marker);
+    // A failed resync leaves the marker, which every cycle retries; the caller's backfill goes on.
+    await this.resyncLocked(marker).catch((err: unknown) =>
+      log.warn('chain resync failed; the marker stays', { ...marker, err: String(err) }),
+    );
   }
 
   /**
@@ -552,6 +559,7 @@ export class ChainService {
     }
     const { replaced, head } = await store.chains.replace(marker.login, blocks);
     this.resyncs.inc({ result: 'done' });
+    this.resyncsDone++;
     log.warn('chain replaced by resync', {
       login: marker.login,
       source: marker.source,
