@@ -54,17 +54,18 @@ export function browserSuite(title: string, body: (browser: () => Browser) => vo
 /** Chromium's fake microphone (and camera), granted without asking: calls between two contexts. */
 export const FAKE_MEDIA_ARGS = ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
-/** alpha and beta, federated, on loopback; extra goes to both (compressed retry schedules). */
+/**
+ * alpha and beta, federated, on loopback; extra goes to both (compressed retry schedules), or is a function
+ * giving each server's own settings by its login (chain partners name the other one).
+ */
 export async function twoServers(
-  extra: NetworkServerSpec = {},
+  extra: NetworkServerSpec | ((serverLogin: string) => NetworkServerSpec) = {},
 ): Promise<{ net: TestNetwork; urlA: string; urlB: string }> {
-  const net = await startNetwork({
-    federate: true,
-    servers: [
-      { serverLogin: 'alpha', ...extra },
-      { serverLogin: 'beta', ...extra },
-    ],
+  const spec = (serverLogin: string) => ({
+    serverLogin,
+    ...(typeof extra === 'function' ? extra(serverLogin) : extra),
   });
+  const net = await startNetwork({ federate: true, servers: [spec('alpha'), spec('beta')] });
   const url = (i: number) => `http://127.0.0.1:${net.servers[i]!.port}/`;
   return { net, urlA: url(0), urlB: url(1) };
 }
@@ -169,7 +170,7 @@ export interface AliceAndBob {
 export async function aliceAndBob(
   browser: Browser,
   name: string,
-  options: { servers?: NetworkServerSpec; context?: BrowserContextOptions },
+  options: { servers?: Parameters<typeof twoServers>[0]; context?: BrowserContextOptions },
   test: (u: AliceAndBob) => Promise<void>,
 ): Promise<void> {
   const { net, urlA, urlB } = await twoServers(options.servers);
