@@ -13,12 +13,14 @@ import {
   blockHash,
   buildNextBlock,
   createIdentity,
+  describeChainProblem,
   makeProfile,
 } from '../../src/client/index.js';
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { damageChainBlock } from '../helpers/chain-damage.js';
+import { queryServerDb } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 describe('SDK user chains against a real server', () => {
@@ -142,6 +144,26 @@ describe('SDK user chains against a real server', () => {
       assert.equal(chain.headIndex, 3);
     } finally {
       await restore();
+    }
+    assert.equal((await anon.getChain('carol')).problem, null);
+  });
+
+  it('a server naming a head it does not send is reported as a short chain, not taken as a shorter one', async () => {
+    const server = net.servers[0]!;
+    const where = 'WHERE login = ? AND idx = ?';
+    const [row] = await queryServerDb(server, `SELECT * FROM chain_blocks ${where}`, ['carol', 3]);
+    await queryServerDb(server, `DELETE FROM chain_blocks ${where}`, ['carol', 3]);
+    try {
+      const chain = await anon.getChain('carol');
+      assert.deepEqual([chain.headIndex, chain.blocks.length, chain.problem], [3, 3, { index: 3, reason: 'SHORT' }]);
+      assert.match(describeChainProblem(chain.problem!), /^block 3 is missing: the server named a head further on/);
+    } finally {
+      const columns = Object.keys(row!);
+      await queryServerDb(
+        server,
+        `INSERT INTO chain_blocks (${columns.join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`,
+        Object.values(row!),
+      );
     }
     assert.equal((await anon.getChain('carol')).problem, null);
   });
