@@ -70,7 +70,7 @@ describe('CLI: shine chain', () => {
   it('an empty chain, an unknown user, a bad kind and a body too large each say so', async () => {
     const empty = await show('bob');
     assert.equal(empty.code, 0, empty.stderr);
-    assert.equal(empty.stdout, 'bob has no chain yet\n');
+    assert.equal(empty.stdout, `bob has no chain on ${servers.alpha()}\n`);
     const unknown = await show('nobody');
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /USER_NOT_FOUND 404: no such user is known to the server/);

@@ -95,7 +95,7 @@ export function registerChain(program: Command): void {
         await client.close();
       }
       if (flags.json) out(JSON.stringify(chainJson(chain, signKeyB64)));
-      else printChain(chain, signKeyB64);
+      else printChain(chain, signKeyB64, flags.server);
       if (chain.problem)
         throw new ProblemsFoundError(`the chain of ${login} is broken: ${describeChainProblem(chain.problem)}`);
     });
@@ -128,9 +128,10 @@ function blockLine(b: Block): string {
   return `${b.index} ${iso(b.timeMs)} kind ${b.kind} ${blockHash(b).slice(0, 16)}…: ${body}`;
 }
 
-function printChain(chain: VerifiedChain, signKeyB64: string): void {
+function printChain(chain: VerifiedChain, signKeyB64: string, server: string): void {
   if (chain.headIndex < 0 && chain.blocks.length === 0 && !chain.problem) {
-    out(`${chain.login} has no chain yet`);
+    // A server holds the chains of its users and of its chain partners' users only.
+    out(`${chain.login} has no chain on ${server}`);
     return;
   }
   for (const b of chain.blocks) out(`✓ ${blockLine(b)}`);
