@@ -17,6 +17,7 @@ import { fakeServer, fastServer, metric, serverSession } from '../helpers/federa
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { ConfigError } from '../../src/server/config/config.js';
 
 describe('user chains on one server', { concurrency: true }, () => {
   it('AddBlock appends with a growing globalSeq, GetChain pages it, ChainEvent reaches the other session; the same block again is a success; CHAIN_CONFLICT names the head', async () => {
@@ -165,5 +166,14 @@ describe('user chains on one server', { concurrency: true }, () => {
     assertError(await fromGamma.request('ReceiveBlock', { blockB64: big }), 413, 'TOO_LARGE');
     assert.deepEqual(await headOf(alpha, 'alice'), before, 'nothing stored');
     assert.equal((await readChain(alpha.wsUrl, 'alice')).items.length, 3);
+  });
+});
+
+describe('SHINE_CHAIN_PARTNERS at start-up', () => {
+  it('a partner that is not a known peer stops the start with a configuration error', async () => {
+    await assert.rejects(
+      startNetwork({ servers: [fastServer('alpha', { chainPartners: 'nobody' })] }),
+      (err: Error) => err instanceof ConfigError && /chainPartners: nobody is not a known peer/.test(err.message),
+    );
   });
 });

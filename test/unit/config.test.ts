@@ -19,6 +19,9 @@ describe('resolveConfig', () => {
     assert.equal(c.serverKeySeedB64, undefined);
     assert.equal(c.directoryFile, undefined);
     assert.deepEqual(c.peers, []);
+    assert.deepEqual(c.chainPartners, []);
+    assert.deepEqual(resolveConfig({ chainPartners: ' beta , gamma,' }).chainPartners, ['beta', 'gamma']);
+    assert.deepEqual(configInputFromEnv({ SHINE_CHAIN_PARTNERS: 'beta' }).chainPartners, 'beta');
     assert.equal(c.s2sAuth, 'required');
     assert.equal(c.adminToken, undefined);
     assert.deepEqual(c.retryScheduleMs, [0, 30_000, 300_000, 1_500_000, 3_600_000]);
@@ -84,6 +87,9 @@ describe('resolveConfig', () => {
     ['bad publicWsUrl', { publicWsUrl: 'http://x/ws' }, /publicWsUrl/],
     ['bad peers', { peers: 'beta' }, /peers/],
     ['peer is this server', { serverLogin: 'alpha', peers: 'alpha=ws://a/ws' }, /peers/],
+    ['bad chain partner', { chainPartners: 'beta,Bad Login' }, /chainPartners: "Bad Login"/],
+    ['chain partner twice', { chainPartners: 'beta, beta' }, /chainPartners: beta is listed twice/],
+    ['chain partner is this server', { serverLogin: 'alpha', chainPartners: 'alpha' }, /chainPartners/],
     ['bad seed', { serverKeySeedB64: 'AAAA' }, /serverKeySeedB64/],
     ['bad rate limit', { rateLimit: { perSecond: 0 } }, /rateLimit.perSecond/],
   ];

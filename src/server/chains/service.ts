@@ -62,6 +62,8 @@ export interface ChainDebug {
 
 /** Blocks per page when a push reads its tail, and per GetChain when a backfill or resync pulls. */
 const PUSH_PAGE = 100;
+/** Chains sent to one partner at the same time (their blocks share the partner's commits). */
+const PUSH_LANES = 8;
 
 /** SHA-256 of a block's whole bytes as hex: node:crypto on the server (docs/protocol.md §14.1). */
 export const serverBlockHash = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
@@ -93,7 +95,9 @@ type Via = 'add' | 'receive' | 'pull';
 export class ChainService {
   /** Per partner: the chains to push and the first index to push from. */
   private readonly outgoing = new Map<string, Map<string, number>>();
-  private readonly pushing = new Set<string>();
+  /** Per partner: the senders running, and the chains one of them is sending now. */
+  private readonly lanes = new Map<string, number>();
+  private readonly sending = new Map<string, Set<string>>();
   /** Per partner and login: the last block it acknowledged (debug; persisted after each push run). */
   private readonly acked = new Map<string, Map<string, { index: number; hash: string; atMs: number }>>();
   /** One catch-up or resync of a chain at a time in this process. */
@@ -300,32 +304,36 @@ export class ChainService {
       let m = this.outgoing.get(partner);
       if (!m) this.outgoing.set(partner, (m = new Map()));
       m.set(login, Math.min(m.get(login) ?? fromIndex, fromIndex));
-      if (!this.pushing.has(partner)) {
-        this.pushing.add(partner);
+      const lanes = this.lanes.get(partner) ?? 0;
+      if (lanes < PUSH_LANES && lanes < m.size) {
+        this.lanes.set(partner, lanes + 1);
         this.deps.background.run('chain push', { partner }, (signal) => this.pushWorker(partner, m, signal));
       }
     }
   }
 
   /**
-   * Sends the chains queued for partner, one after another; while the partner cannot be reached, waits out the
-   * retry schedule (offsets from the first failure, up to an hour) and then gives up: the partner's backfill
-   * fetches what is left.
+   * One sender to partner: takes the queued chains no other sender has in hand, one after another; while the
+   * partner cannot be reached, waits out the retry schedule (offsets from the first failure, up to an hour) and
+   * then gives up: the partner's backfill fetches what is left.
    */
   private async pushWorker(partner: string, queue: Map<string, number>, signal: AbortSignal): Promise<void> {
     const { clock, config, log } = this.deps;
     let failingSince: number | null = null;
     let attempt = 0;
+    let sending = this.sending.get(partner);
+    if (!sending) this.sending.set(partner, (sending = new Set()));
     try {
       while (!signal.aborted) {
-        const next = queue.entries().next();
-        if (next.done) return;
-        const [login, from] = next.value;
+        const next = [...queue].find(([login]) => !sending.has(login));
+        if (!next) return;
+        const [login, from] = next;
         queue.delete(login);
+        sending.add(login);
         // What the partner acknowledged is not sent again (a CHAIN_GAP answer moves back if it lost it).
         const progress = { next: Math.max(from, (this.acked.get(partner)?.get(login)?.index ?? -1) + 1) };
         try {
-          await this.pushChain(partner, login, progress);
+          await this.pushChain(partner, login, progress).finally(() => sending.delete(login));
           failingSince = null;
           attempt = 0;
         } catch (err) {
@@ -350,7 +358,7 @@ export class ChainService {
         }
       }
     } finally {
-      this.pushing.delete(partner);
+      this.lanes.set(partner, (this.lanes.get(partner) ?? 1) - 1);
     }
   }
 
