@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
-import type { AddedBlock, ChainEventPayload, Identity, ShineClientError } from '../../src/client/index.js';
+import type { AddedBlock, ChainEventPayload, ShineClientError } from '../../src/client/index.js';
 import {
   ShineClient,
   TEXT_POST_KIND,
@@ -14,12 +14,12 @@ import {
   buildNextBlock,
   createIdentity,
   describeChainProblem,
-  makeProfile,
 } from '../../src/client/index.js';
 import { fromUtf8, utf8 } from '../../src/protocol/bytes.js';
 import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { damageChainBlock } from '../helpers/chain-damage.js';
+import { connectIdentity, profileOf } from '../helpers/federated-processes.js';
 import { queryServerDb } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
@@ -33,19 +33,13 @@ describe('SDK user chains against a real server', () => {
   let a2: ShineClient;
   let anon: ShineClient;
 
-  async function session(identity: Identity, deviceId: string): Promise<ShineClient> {
-    const client = await ShineClient.connect(wsUrl, { WebSocket });
-    await client.login(identity, deviceId);
-    return client;
-  }
-
   before(async () => {
     net = await startNetwork({ servers: [{ serverLogin: 'alpha' }] });
     wsUrl = net.servers[0]!.wsUrl;
     anon = await ShineClient.connect(wsUrl, { WebSocket });
-    for (const id of [alice, bob, carol]) await anon.register(makeProfile(id, ['alpha'], 1, Date.now()));
-    a1 = await session(alice, 'phone');
-    a2 = await session(alice, 'laptop');
+    for (const id of [bob, carol]) await anon.register(profileOf(id, ['alpha']));
+    a1 = await connectIdentity(wsUrl, alice, ['alpha'], 'phone');
+    a2 = await connectIdentity(wsUrl, alice, ['alpha'], 'laptop');
   });
   after(async () => {
     for (const c of [a1, a2, anon]) await c?.close();
@@ -127,7 +121,7 @@ describe('SDK user chains against a real server', () => {
   });
 
   it('a block damaged in the database is reported with its index; the blocks before it stay verified', async () => {
-    const c1 = await session(carol, 'cli');
+    const c1 = await connectIdentity(wsUrl, carol, ['alpha'], 'cli');
     try {
       for (const text of ['one', 'two', 'three', 'four']) await c1.addBlock(1, utf8(text));
     } finally {
