@@ -102,6 +102,15 @@ export async function checkReceipts(
   const out: ({ receipt: DeliveryReceipt } | { problem: string })[] = [];
   const jobs: VerifyJob[] = [];
   const outOfJob: number[] = [];
+  // A page's receipts come from a few servers: each signer's key is read and decoded once per call.
+  const keys = new Map<string, Uint8Array | null>();
+  const keyOf = async (serverLogin: string): Promise<Uint8Array | null> => {
+    if (!keys.has(serverLogin)) {
+      const signer = await directory.lookupServer(serverLogin);
+      keys.set(serverLogin, signer ? fromBase64(signer.descriptor.signKeyB64) : null);
+    }
+    return keys.get(serverLogin)!;
+  };
   for (const { x, want } of items) {
     const shape = x === undefined || x === null ? 'no receipt' : receiptShapeProblem(x);
     if (shape) {
@@ -110,8 +119,7 @@ export async function checkReceipts(
     }
     const receipt = pickReceipt(x as DeliveryReceipt);
     const mismatch = receiptMismatch(receipt, want);
-    const signer = mismatch ? null : await directory.lookupServer(receipt.serverLogin);
-    const key = signer ? fromBase64(signer.descriptor.signKeyB64) : null;
+    const key = mismatch ? null : await keyOf(receipt.serverLogin);
     if (mismatch) out.push({ problem: `${mismatch.toLowerCase()} mismatch` });
     else if (!key) out.push({ problem: `signer ${receipt.serverLogin} unknown` });
     else {
