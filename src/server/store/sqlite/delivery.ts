@@ -12,7 +12,6 @@ import { RECIPIENT_USES_SERVER } from './directory.js';
 /**
  * (Re)starts the delivery row of an outgoing copy for its revision, unless the row already has this
  * revision or a newer one. Runs inside the transaction that stored the copy (messages.storePair).
- * Returns the row's state when it wrote it, null when the row it kept is newer.
  */
 export function startDeliveryTx(
   db: SqliteDb,
@@ -20,10 +19,9 @@ export function startDeliveryTx(
   outgoingKey: string,
   d: NonNullable<StorePairInput['delivery']>,
   nowMs: number,
-): DeliveryState | null {
-  const written = db
-    .sql(
-      `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+): void {
+  db.sql(
+    `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
        reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json, row_version,
        last_error, updated_at_ms)
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
@@ -33,11 +31,8 @@ export function startDeliveryTx(
        lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
        row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
      WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
-           > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
-     RETURNING state`,
-    )
-    .get(outgoingKey, ...deliveryRowValues(outgoing, d), nowMs) as { state: DeliveryState } | undefined;
-  return written?.state ?? null;
+           > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
+  ).run(outgoingKey, ...deliveryRowValues(outgoing, d), nowMs);
 }
 
 /** The state of an outgoing copy's delivery row, or null when it has none. */

@@ -41,16 +41,6 @@ export function copyRevision(
     : null;
 }
 
-/** What storeCopyTx looks up about a copy before rules.planCopy decides (null: none, or not asked). */
-interface CopyFactsDbRow {
-  conv_before: number | null;
-  message_tombstoned: 0 | 1;
-  receipt_at: number | null;
-  revision_time_ms: number | null;
-  reencrypted_at_ms: number | null;
-  stored_at_ms: number | null;
-}
-
 export class SqliteMessageStore extends SqliteArea implements MessageStore {
   storePair(input: StorePairInput): Promise<StorePairResult> {
     return this.db.write(() => {
@@ -62,11 +52,8 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
       const inc = this.storeCopyTx(incoming, nowMs, replay, null);
       this.upsertOutbox(outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs));
       this.upsertOutbox(outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs));
-      const started =
-        copyChanged(out) && input.delivery
-          ? startDeliveryTx(this.db, outgoing, out.messageKey, input.delivery, nowMs)
-          : null;
-      return { incoming: inc, outgoing: out, deliveryState: started ?? deliveryStateOf(this.db, out.messageKey) };
+      if (copyChanged(out) && input.delivery) startDeliveryTx(this.db, outgoing, out.messageKey, input.delivery, nowMs);
+      return { incoming: inc, outgoing: out, deliveryState: deliveryStateOf(this.db, out.messageKey) };
     });
   }
 
@@ -82,41 +69,29 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
   /** Gathers the facts rules.planCopy needs and applies its plan. Runs inside a transaction. */
   private storeCopyTx(c: Container, nowMs: number, replay: boolean, originDevice: string | null): CopyResult {
     const look = copyLookups(c);
-    // The four facts in one statement (one round into SQLite per copy, not four); a fact not asked for
-    // is not looked up (CASE evaluates its subquery only when the flag is set).
-    const facts = this.sql(
-      `SELECT
-         CASE WHEN @conv THEN (SELECT delete_before_ms FROM dm_tombstones
-           WHERE owner_login = @owner AND kind = 'conversation' AND target = @peer) END AS conv_before,
-         CASE WHEN @message THEN EXISTS (SELECT 1 FROM dm_tombstones
-           WHERE owner_login = @owner AND kind = 'message' AND target = @base) ELSE 0 END AS message_tombstoned,
-         CASE WHEN @receipt THEN (SELECT MIN(read_at_ms) FROM signed_messages
-           WHERE owner_login = @owner AND target_base_key = @base AND message_type IN (3, 4)) END AS receipt_at,
-         m.revision_time_ms, m.reencrypted_at_ms, m.stored_at_ms
-       FROM (SELECT 1) LEFT JOIN signed_messages m ON m.message_key = @key AND m.owner_login = @owner`,
-    ).get({
-      conv: look.conversationTombstone ? 1 : 0,
-      message: look.messageTombstone ? 1 : 0,
-      receipt: look.earliestReceipt ? 1 : 0,
-      owner: look.owner,
-      peer: look.peer,
-      base: look.baseKey,
-      key: look.messageKey,
-    }) as CopyFactsDbRow;
+    const conv = look.conversationTombstone
+      ? (this.sql(
+          `SELECT delete_before_ms FROM dm_tombstones WHERE owner_login = ? AND kind = 'conversation' AND target = ?`,
+        ).get(look.owner, look.peer) as { delete_before_ms: number } | undefined)
+      : undefined;
+    const messageTombstoned =
+      look.messageTombstone &&
+      this.sql(`SELECT 1 FROM dm_tombstones WHERE owner_login = ? AND kind = 'message' AND target = ?`).get(
+        look.owner,
+        look.baseKey,
+      ) !== undefined;
+    const receipt = look.earliestReceipt
+      ? (this.sql(
+          'SELECT MIN(read_at_ms) AS at FROM signed_messages WHERE owner_login = ? AND target_base_key = ? AND message_type IN (3, 4)',
+        ).get(look.owner, look.baseKey) as { at: number | null })
+      : { at: null };
     const plan = planCopy(
       c,
       {
-        conversationDeleteBeforeMs: facts.conv_before,
-        messageTombstoned: facts.message_tombstoned === 1,
-        existing:
-          facts.revision_time_ms === null
-            ? null
-            : {
-                revisionTimeMs: facts.revision_time_ms,
-                reencryptedAtMs: facts.reencrypted_at_ms!,
-                storedAtMs: facts.stored_at_ms!,
-              },
-        earliestReceiptReadAtMs: facts.receipt_at,
+        conversationDeleteBeforeMs: conv?.delete_before_ms ?? null,
+        messageTombstoned,
+        existing: copyRevision(this.db, look.owner, look.messageKey),
+        earliestReceiptReadAtMs: receipt.at,
       },
       { nowMs, replay, originDevice },
     );
