@@ -1,12 +1,18 @@
 /**
  * Catch-up sync into an empty peer (docs/protocol.md §7): BENCH_EVENTS text pairs (default 200 000) of one owner
- * are pre-signed and inserted through the store of the source server, then a fresh puller server pulls
- * them in one cycle (POST /admin/sync), verifying both signatures of every pair and writing it with its
- * outbox and delivery rows. Both servers are separate processes, so the puller's peak memory is its
+ * are pre-signed and inserted through the store of the source server, each delivered with the source's
+ * signed receipt as its proof (the recipient is on the source too, docs/protocol.md §13.1), then a fresh
+ * puller server pulls them in one cycle (POST /admin/sync), verifying both signatures of every pair and
+ * its receipt (three checks per event) and writing it with its outbox and delivery rows. Both servers are separate processes, so the puller's peak memory is its
  * own VmHWM. The raw Ed25519 verify rate (sodium-native) is measured in the same run for comparison.
  * Prints one JSON line.
  *
- * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL).
+ * BENCH_PROOFS=0 seeds the workload of the measurements before receipts instead: pairs stored more than
+ * an hour ago and never delivered (failed at the source, filed as failed by the puller, no re-send), so
+ * two signature checks per event and no receipt.
+ *
+ * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL),
+ * BENCH_PROOFS (1).
  */
 import { machine } from './lib/machine.js';
 import { createRequire } from 'node:module';
@@ -16,13 +22,18 @@ import { join } from 'node:path';
 import { toBase64 } from '../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../src/protocol/ed25519.js';
 import { signProfile } from '../src/protocol/identity.js';
+import { messageKeyOf } from '../src/protocol/container.js';
+import { receiptFor } from '../src/server/delivery/receipts.js';
+import { keyFromSeed } from '../src/server/keys.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import { connectRaw } from '../test/helpers/raw-client.js';
-import { pairOf, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
+import { pairOf, seedB64For, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 200_000);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
+const PROOFS = process.env.BENCH_PROOFS !== '0';
+const CHECKS = PROOFS ? 3 : 2;
 const OWNER = 'alice';
 const SOURCE = 'source';
 const PULLER = 'puller';
@@ -68,14 +79,17 @@ const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 
 
 // ---- the source's data, written through its store before it starts ----
 const sourceDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-source-'));
+const pullerDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-puller-'));
 const [sourcePort, pullerPort] = await Promise.all([freePort(), freePort()]);
 const buildStarted = performance.now();
 {
   const store = openSqliteStore({ path: join(sourceDir, 'shine.sqlite'), sync: SYNC });
   await store.migrate();
   await store.directory.putUser(profile, 'local', Date.now());
-  const base = Date.now() - EVENTS - 60_000;
+  const base = Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000);
   const outbox = { owners: new Map([[OWNER, false]]) };
+  const sourceKey = keyFromSeed(seedFor(SOURCE));
+  const sign = (text: string): string => sourceKey.sign(text);
   // Writes issued together share commits (group commit); a bounded window keeps the queue small.
   const WINDOW = 4096;
   for (let start = 0; start < EVENTS; start += WINDOW) {
@@ -86,15 +100,12 @@ const buildStarted = performance.now();
         { from: OWNER, to: 'bob', timeMs: t, nonce: i },
         { kind: 'text', bodyBytes: 96 },
       );
-      writes.push(
-        store.messages.storePair({
-          incoming,
-          outgoing,
-          nowMs: t,
-          outbox,
-          delivery: { state: 'delivered', attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null },
-        }),
-      );
+      // As the source's SendMessagePair does for a recipient of its own: delivered, its own receipt the proof.
+      const proof = receiptFor(SOURCE, sign, { ...incoming, messageKey: messageKeyOf(incoming), storedAtMs: t });
+      const delivery = PROOFS
+        ? { state: 'delivered' as const, attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null, proof }
+        : { state: 'failed' as const, attempt: 6, acceptedAtMs: t, nextAttemptAtMs: null };
+      writes.push(store.messages.storePair({ incoming, outgoing, nowMs: t, outbox, delivery }));
     }
     await Promise.all(writes);
   }
@@ -108,6 +119,8 @@ await using puller = await startServerProcess({
   env: {
     ...common,
     SHINE_SERVER_LOGIN: PULLER,
+    SHINE_DATA_DIR: pullerDir,
+    SHINE_DB: `sqlite:${join(pullerDir, 'shine.sqlite')}`,
     SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
     SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws`,
   },
@@ -121,6 +134,7 @@ await using source = await startServerProcess({
   env: {
     ...common,
     SHINE_SERVER_LOGIN: SOURCE,
+    SHINE_SERVER_KEY_SEED_B64: seedB64For(SOURCE),
     SHINE_DATA_DIR: sourceDir,
     SHINE_DB: `sqlite:${join(sourceDir, 'shine.sqlite')}`,
     SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws`,
@@ -139,6 +153,17 @@ const sourceCpuMs = source.cpuMs() - sourceCpu0;
 if (summary.dmRows !== EVENTS || summary.errors !== 0)
   throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
 const eventsPerSec = EVENTS / seconds;
+// Every pair must be filed as the source has it: delivered only with its proof checked (a refused proof
+// leaves it accepted), or failed.
+let wrongState: number;
+{
+  const store = openSqliteStore({ path: join(pullerDir, 'shine.sqlite'), sync: SYNC });
+  const states = await store.delivery.countDeliveriesByState();
+  await store.close();
+  wrongState = EVENTS - states[PROOFS ? 'delivered' : 'failed'];
+  if (wrongState !== 0)
+    throw new Error(`${wrongState} of ${EVENTS} pairs not in the expected state: ${JSON.stringify(states)}`);
+}
 
 console.log(
   JSON.stringify({
@@ -150,12 +175,13 @@ console.log(
     },
     durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
     events: EVENTS,
-    event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes, 2 signature checks)`,
+    event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes) ${PROOFS ? 'delivered with a receipt' : 'never delivered, no receipt'}: ${CHECKS} signature checks`,
     buildSeconds: Number(buildSeconds.toFixed(1)),
     catchUp: {
       seconds: Number(seconds.toFixed(2)),
       eventsPerSec: Math.round(eventsPerSec),
-      signatureChecksPerSec: Math.round(eventsPerSec * 2),
+      signatureChecksPerSec: Math.round(eventsPerSec * CHECKS),
+      wrongState,
       pages: Math.ceil(EVENTS / 500),
       pullerCpuPercent: Math.round((pullerCpuMs / (seconds * 1000)) * 100),
       sourceCpuPercent: Math.round((sourceCpuMs / (seconds * 1000)) * 100),
@@ -168,8 +194,10 @@ console.log(
       perSec: rawVerifyPerSec,
       note: 'one core, bench process, servers idle',
     },
-    signatureChecksToRawVerify: Number(((eventsPerSec * 2) / rawVerifyPerSec).toFixed(3)),
+    signatureChecksToRawVerify: Number(((eventsPerSec * CHECKS) / rawVerifyPerSec).toFixed(3)),
   }),
 );
 await source.close();
+await puller.close();
 rmSync(sourceDir, { recursive: true, force: true });
+rmSync(pullerDir, { recursive: true, force: true });

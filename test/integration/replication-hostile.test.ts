@@ -6,6 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { decodeContainer } from '../../src/protocol/container.js';
+import { receiptFor } from '../../src/server/delivery/receipts.js';
 import { packBlobs } from '../../src/server/store/blobs.js';
 import { startNetwork } from '../helpers/network.js';
 import {
@@ -75,5 +77,49 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     );
     // The refused rows stay unsynced on alpha1 (not acked); the good ones were acked.
     assert.deepEqual(await outboxCounts(a1.httpUrl, 'alice'), { owner: 'alice', synced: good.length, unsynced: 2 });
+  });
+
+  it('a pair that does not verify is refused even when the peer says delivered with a valid proof', async () => {
+    // The page's delivery status is asked, and its proofs checked, while its signatures are checked
+    // (docs/protocol.md §7): a proof of a row refused for its signature must not bring the row in.
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('alpha1'), replicationServer('alpha2')],
+    });
+    const [a1, a2] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
+    const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
+    await using aliceA1 = await connectUser(a1.wsUrl, alice, 'alice-a1');
+    await (await connectUser(a1.wsUrl, carol)).close();
+    await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
+
+    const t = Date.now() - 10_000;
+    const good = pairOf({ from: 'alice', to: 'carol', timeMs: t, nonce: 1 });
+    await sendAll(aliceA1, [{ pair: good }]);
+    // Stored on alpha1 as delivered, with alpha1's genuine receipt for the (intact) incoming copy, but
+    // with the outgoing copy's signature broken.
+    const broken = pairOf({ from: 'alice', to: 'carol', timeMs: t + 1, nonce: 2 });
+    const tampered = broken.outgoing.bytes.slice();
+    tampered[tampered.length - 1]! ^= 1;
+    const sign = (text: string): string => a1.ctx.serverKey.sign(text);
+    const incomingKey = `${broken.baseKey}|1`;
+    const proof = receiptFor('alpha1', sign, { ...broken.incoming, messageKey: incomingKey, storedAtMs: t + 1 });
+    await a1.ctx.store.messages.storePair({
+      incoming: broken.incoming,
+      outgoing: decodeContainer(tampered),
+      nowMs: Date.now(),
+      outbox: { owners: new Map([['alice', false]]) },
+      delivery: { state: 'delivered', attempt: 1, acceptedAtMs: t + 1, nextAttemptAtMs: null, proof },
+    });
+
+    const summary = await syncNow(a2.httpUrl);
+    assert.equal(summary.dmRows, 1, 'only the good pair is stored');
+    assert.equal((await a2.ctx.store.delivery.getDelivery(good.outgoingKey))?.state, 'delivered');
+    assert.equal(await a2.ctx.store.messages.getCopy(broken.outgoingKey), null, 'the broken pair is not stored');
+    assert.equal(await a2.ctx.store.messages.getCopy(incomingKey), null);
+    assert.equal(await a2.ctx.store.delivery.getDelivery(broken.outgoingKey), null, 'nor its delivery row');
+    // Refused (and counted) by every cycle that meets it: the one asked for here, and any other cycle
+    // that ran meanwhile.
+    assert.ok((await metricValue(a2.httpUrl, 'sync_errors_total', 'peer="alpha1"')) >= 1);
   });
 });

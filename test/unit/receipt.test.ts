@@ -12,7 +12,13 @@ import {
 } from '../../src/protocol/receipt.js';
 import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
 import { inlineBulkVerifier } from '../../src/server/crypto/verify-pool.js';
-import { checkReceipt, checkReceipts, expectationFor, receiptFor } from '../../src/server/delivery/receipts.js';
+import {
+  checkReceipt,
+  checkReceipts,
+  containerSha256B64 as serverContainerSha256B64,
+  expectationFor,
+  receiptFor,
+} from '../../src/server/delivery/receipts.js';
 import { keyFromSeed } from '../../src/server/keys.js';
 import type { ServerRecord } from '../../src/server/store/types.js';
 
@@ -80,6 +86,13 @@ describe('checking a receipt on the server (src/server/delivery/receipts.ts)', (
     bytes: utf8('container bytes'),
   };
   const mine = receiptFor('srv-b1', key.sign, { ...copy, storedAtMs: unsigned.storedAtMs });
+
+  it("hashes containers with node:crypto exactly as the browser SDK's pure-JS hash does", () => {
+    const big = Uint8Array.from({ length: 70_000 }, (_, i) => (i * 31) & 0xff);
+    // Views into a larger buffer too: the hash must cover the view, not the whole ArrayBuffer.
+    for (const bytes of [new Uint8Array(0), utf8('container bytes'), big, big.subarray(5, 64_005), big.subarray(1, 2)])
+      assert.equal(serverContainerSha256B64(bytes), containerSha256B64(bytes));
+  });
 
   it('receiptFor signs the copy as checkReceipt expects it', async () => {
     assert.deepEqual(mine, signReceipt(unsigned, key.sign));

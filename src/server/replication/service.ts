@@ -601,27 +601,39 @@ export class ReplicationService {
         this.refuseRow(peer, owner, item.primaryMessageKey, err instanceof Error ? err.message : String(err));
       }
     }
-    // Every signature of the page at once: with a verify pool, off the event loop.
-    const problems = await dm.checkSignedRows(
-      shaped.map((d) => d.copies),
-      this.deps.bulkVerifier,
-    );
+    // Every signature of the page at once (with a verify pool, off the event loop); meanwhile the peer is
+    // asked which pairs it delivered and their proofs are checked, so the verify thread never waits out
+    // the round trip. A proof of a row that is then refused is not used.
+    const pairKeys = shaped.filter((d) => d.copies.length === 2).map((d) => d.item.primaryMessageKey);
+    const [problems, { remote, proofs }] = await Promise.all([
+      dm.checkSignedRows(
+        shaped.map((d) => d.copies),
+        this.deps.bulkVerifier,
+      ),
+      this.deliveryStatus(peer, pairKeys).then(async (remote) => ({
+        remote,
+        proofs: await this.deliveryProofs(peer, shaped, remote),
+      })),
+    ]);
     const decoded = shaped.filter((d, i) => {
       const problem = problems[i];
       if (problem) this.refuseRow(peer, owner, d.item.primaryMessageKey, problem.message);
       return !problem;
     });
-    const pairKeys = decoded.filter((d) => d.copies.length === 2).map((d) => messageKeyOf(d.copies[1]!));
+    return { decoded, remote, proofs };
+  }
+
+  /** The peer's delivery status of the pairs outgoingKeys, by key; empty when it cannot say. */
+  private async deliveryStatus(peer: string, outgoingKeys: string[]): Promise<Map<string, DeliveryStatusItem>> {
     const remote = new Map<string, DeliveryStatusItem>();
-    if (pairKeys.length > 0) {
-      try {
-        const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKeys: pairKeys });
-        for (const s of 'items' in answer ? answer.items : [answer]) remote.set(s.messageKey, s);
-      } catch (err) {
-        this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
-      }
+    if (outgoingKeys.length === 0) return remote;
+    try {
+      const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKeys: outgoingKeys });
+      for (const s of 'items' in answer ? answer.items : [answer]) remote.set(s.messageKey, s);
+    } catch (err) {
+      this.deps.log.debug('delivery status for synced pairs unavailable', { peer, err: String(err) });
     }
-    return { decoded, remote, proofs: await this.deliveryProofs(peer, decoded, remote) };
+    return remote;
   }
 
   /**
@@ -636,12 +648,16 @@ export class ReplicationService {
   ): Promise<Map<string, DeliveryReceipt>> {
     const { directory, bulkVerifier, log } = this.deps;
     const asked: { outgoingKey: string; x: unknown; want: ReceiptExpectation }[] = [];
+    // A page is one owner's: its pairs go to a few recipients, each looked up once per page.
+    const signers = new Map<string, readonly string[] | undefined>();
     for (const { copies } of decoded) {
       if (copies.length !== 2) continue;
       const [incoming, outgoing] = copies as [Container, Container];
       const status = remote.get(messageKeyOf(outgoing));
       if (!status?.delivered) continue;
-      const servers = await proofSigners(directory, incoming.toLogin);
+      if (!signers.has(incoming.toLogin))
+        signers.set(incoming.toLogin, await proofSigners(directory, incoming.toLogin));
+      const servers = signers.get(incoming.toLogin);
       const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, servers);
       asked.push({ outgoingKey: messageKeyOf(outgoing), x: status.proof, want });
     }
