@@ -5,11 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decodeBlock } from '../../src/protocol/block.js';
 import { createLogger } from '../../src/server/log.js';
-import type { ChainBlockInput } from '../../src/server/store/types.js';
-import { serverBlockHash } from '../../src/server/chains/service.js';
-import { toHex } from '../../src/protocol/bytes.js';
+import { blockInput } from '../../src/server/chains/service.js';
 import type { BuiltBlock } from '../../src/client/chain.js';
 import type { RunningServer } from '../../src/server/app.js';
 import { addBlocks, debugChains, headOf, makeBlocks, readChain, verifies } from '../helpers/chains.js';
@@ -25,21 +22,8 @@ const partners = (logins: string[], extra: (login: string) => NetworkServerSpec 
     fastServer(login, { chainPartners: logins.filter((l) => l !== login).join(','), ...extra(login) }),
   );
 
-/** A block as the store takes it, behind the server's back (a store that got it some other way). */
-function storeInput(b: BuiltBlock): ChainBlockInput {
-  const block = decodeBlock(b.block.bytes);
-  return {
-    login: block.login,
-    index: block.index,
-    prevHash: toHex(block.prevHash),
-    hash: serverBlockHash(block.bytes),
-    timeMs: block.timeMs,
-    bytes: block.bytes,
-  };
-}
-
 async function putBehindTheBack(server: RunningServer, blocks: readonly BuiltBlock[]): Promise<void> {
-  for (const b of blocks) assert.equal((await server.ctx.store.chains.append(storeInput(b))).link, 'stored');
+  for (const b of blocks) assert.equal((await server.ctx.store.chains.append(blockInput(b.block))).link, 'stored');
 }
 
 const sameHead = async (a: RunningServer, b: RunningServer, login: string) =>
@@ -47,7 +31,11 @@ const sameHead = async (a: RunningServer, b: RunningServer, login: string) =>
 
 describe('user chains between partners', { concurrency: true }, () => {
   it('a) 1 000 blocks added by alice on alpha reach beta and gamma; every block verifies; each head equals alpha’s', async () => {
-    await using net = await startNetwork({ federate: true, servers: partners(['alpha', 'beta', 'gamma']) });
+    // Retries spread over a minute rather than 1.6 s: on a loaded machine a push must not give up mid-way here.
+    await using net = await startNetwork({
+      federate: true,
+      servers: partners(['alpha', 'beta', 'gamma'], () => ({ retryScheduleMs: '0,1000,5000,20000,60000' })),
+    });
     const [alpha, beta, gamma] = net.servers as [RunningServer, RunningServer, RunningServer];
     const alice = makeUser('alice', ['alpha']);
     await using session = await connectUser(alpha.wsUrl, alice);
@@ -70,7 +58,7 @@ describe('user chains between partners', { concurrency: true }, () => {
     await waitUntil(async () => {
       const d = await debugChains(alpha.httpUrl, 'alice');
       return d.partners.every((p) => p.ackedIndex === 999);
-    });
+    }, 60_000);
     const debug = await debugChains(alpha.httpUrl, 'alice');
     assert.deepEqual(
       debug.partners.map((p) => [p.partner, p.ackedIndex, p.ackedHash]),

@@ -81,6 +81,16 @@ export function decodeBlockB64(b64: string): Block {
   }
 }
 
+/** A decoded block as the store takes it. */
+export const blockInput = (block: Block): ChainBlockInput => ({
+  login: block.login,
+  index: block.index,
+  prevHash: toHex(block.prevHash),
+  hash: serverBlockHash(block.bytes),
+  timeMs: block.timeMs,
+  bytes: block.bytes,
+});
+
 const headDetails = (head: ChainHead | null) => ({ headIndex: head?.index ?? -1, headHash: head?.hash ?? null });
 
 /** A peer could not answer now (unreachable, timed out, overloaded): worth another try later. */
@@ -263,14 +273,7 @@ export class ChainService {
       throw new ShineError('BAD_SIGNATURE', "the block's signature does not verify with its login's key");
     }
     if (block.timeMs > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is in the future');
-    return {
-      login: block.login,
-      index: block.index,
-      prevHash: toHex(block.prevHash),
-      hash: serverBlockHash(block.bytes),
-      timeMs: block.timeMs,
-      bytes: block.bytes,
-    };
+    return blockInput(block);
   }
 
   /** Appends a block a partner holds; a stored one is pushed on to every other partner. */
