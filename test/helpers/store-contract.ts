@@ -848,6 +848,41 @@ export function storeContract(factory: StoreFactory): void {
       );
     });
 
+    it('chains: a GetChainHeads reader following its cursor during concurrent appends never skips a chain', async () => {
+      const store = await fresh();
+      const logins = Array.from({ length: 60 }, (_, i) => `cursor${i}`);
+      const seen = new Set<string>();
+      let cursor = 0;
+      let done = false;
+      const reader = (async () => {
+        for (;;) {
+          const last = done;
+          for (const h of await store.chains.headsAfter(cursor, 1000)) {
+            seen.add(h.login);
+            cursor = h.globalSeq;
+          }
+          if (last) return;
+          // SQLite's reads resolve at once: give its group commit (setImmediate) a turn.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      })();
+      await Promise.all(
+        logins.map((login) =>
+          store.chains.append({
+            login,
+            index: 0,
+            prevHash: ZERO_HASH_HEX,
+            hash: login.padEnd(64, '0'),
+            timeMs: T0,
+            bytes: new Uint8Array([1]),
+          }),
+        ),
+      );
+      done = true;
+      await reader;
+      assert.deepEqual([...seen].sort(), [...logins].sort());
+    });
+
     it('nonces: a nonce is accepted once until it is older than the window', async () => {
       const store = await fresh();
       const results = await Promise.all([
