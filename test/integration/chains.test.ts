@@ -164,8 +164,29 @@ describe('user chains on one server', { concurrency: true }, () => {
     assertError(gap, 409, 'CHAIN_GAP');
     assert.equal((gap as { error: { headIndex: number } }).error.headIndex, 2);
     assertError(await fromGamma.request('ReceiveBlock', { blockB64: big }), 413, 'TOO_LARGE');
+    const diverged = await fromGamma.request('ReceiveBlock', {
+      blockB64: next({ prevHash: new Uint8Array(32).fill(9) }),
+    });
+    assertError(diverged, 409, 'CHAIN_DIVERGED');
+    assert.equal((diverged as { error: { headIndex: number } }).error.headIndex, 2);
+    assertError(await fromGamma.request('ReceiveBlock', { blockB64: next({ timeMs: T_CHAIN + 1 }) }), 400, 'BAD_TIME');
+    assertError(
+      await fromGamma.request('ReceiveBlock', {
+        blockB64: toBase64(new Uint8Array([...Buffer.from(next({}), 'base64'), 0])),
+      }),
+      400,
+      'BAD_BLOB',
+    );
+    // The same block again from the partner is an ACK, not a change.
+    assert.deepEqual(await fromGamma.call('ReceiveBlock', { blockB64: good[1]!.blockB64 }), {
+      login: 'alice',
+      index: 1,
+      result: 'known',
+    });
     assert.deepEqual(await headOf(alpha, 'alice'), before, 'nothing stored');
     assert.equal((await readChain(alpha.wsUrl, 'alice')).items.length, 3);
+    // alpha is alice's first access server: it keeps its chain, no resync is pending.
+    assert.equal((await alpha.ctx.chains.debug('alice')).resync, null);
   });
 });
 

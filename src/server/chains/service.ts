@@ -235,7 +235,15 @@ export class ChainService {
       case 'gap':
         this.gaps.inc({ side: 'answered' });
         this.deps.background.run('chain backfill after a gap', { login: input.login, partner: source }, (signal) =>
-          this.chainLock.run(input.login, () => this.catchUp(source, input.login, null, signal)),
+          this.chainLock
+            .run(input.login, () => this.catchUp(source, input.login, null, signal))
+            .catch((err: unknown) =>
+              this.deps.log.warn('chain catch-up after a gap failed; the next cycle retries', {
+                login: input.login,
+                partner: source,
+                err: String(err),
+              }),
+            ),
         );
         throw new ShineError('CHAIN_GAP', 'blocks before this one are missing here', {
           details: headDetails(result.head),
