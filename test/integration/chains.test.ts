@@ -97,6 +97,32 @@ describe('user chains on one server', { concurrency: true }, () => {
     assert.deepEqual(await headOf(alpha, 'alice'), { index: 6, hash: blocks[6]!.blockHash });
   });
 
+  it('GetChain pages of large blocks stay under the frame limit: at most 2 000 000 block bytes, at least one block', async () => {
+    await using net = await startNetwork({ servers: [fastServer('alpha')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    await using session = await connectUser(alpha.wsUrl, alice);
+    const blocks: ReturnType<typeof buildNextBlock>[] = [];
+    for (let i = 0; i < 40; i++) {
+      blocks.push(
+        buildNextBlock({ login: 'alice', signSeed: alice.seed }, blocks.at(-1)?.block ?? null, {
+          kind: 7,
+          body: new Uint8Array(64 * 1024).fill(i),
+          timeMs: T_CHAIN + i,
+        }),
+      );
+    }
+    await addBlocks(session, blocks);
+    await using anon = await connectRaw(alpha.wsUrl);
+    const page = await anon.call<OpResults['GetChain']>('GetChain', { login: 'alice', limit: 500 });
+    const bytes = page.items.reduce((n, i) => n + Buffer.from(i.blockB64, 'base64').length, 0);
+    assert.ok(page.items.length >= 1 && bytes <= 2_000_000, `${page.items.length} blocks, ${bytes} bytes`);
+    assert.equal(page.hasMore, true);
+    const whole = await readChain(alpha.wsUrl, 'alice');
+    assert.equal(whole.items.length, 40);
+    assert.ok(verifies(alice, whole.items));
+  });
+
   it('f) hostile input: another key, a wrong prevHash, a time before the previous block, trailing bytes, a 70 KB body, a future time, another login, a non-partner ReceiveBlock: each refused with its code and nothing stored', async () => {
     // gamma (alpha's chain partner) and delta (a known server, no partner) are servers whose keys the test holds.
     const gamma = fakeServer('gamma');
