@@ -100,7 +100,11 @@ export class PgChainStore implements ChainStore {
     return (await blockSeqIn(this.db, login, index))?.hash ?? null;
   }
 
-  append(block: ChainBlockInput): Promise<AppendBlockResult> {
+  async append(block: ChainBlockInput): Promise<AppendBlockResult> {
+    // A block held already (partners push the same block more than once) is answered without the counter's lock.
+    const held = await blockSeqIn(this.db, block.login, block.index);
+    if (held?.hash === block.hash)
+      return { link: 'known', head: await headIn(this.db, block.login), globalSeq: held.seq };
     return this.db.tx(async (c) => {
       // The counter row first: its lock orders every append, so the head read below cannot move until COMMIT.
       const seq = await nextSeq(c, 1);
