@@ -1,12 +1,15 @@
 /** Helpers for user chain tests (docs/protocol.md §14): signed blocks of a test user, reading a server's chain. */
+import assert from 'node:assert/strict';
 import type { BuiltBlock } from '../../src/client/chain.js';
+import { blockInput } from '../../src/server/chains/service.js';
+import type { NetworkServerSpec } from './network.js';
 import { buildNextBlock, walkChain } from '../../src/client/chain.js';
 import type { Block } from '../../src/protocol/block.js';
 import { fromBase64, utf8 } from '../../src/protocol/bytes.js';
 import type { OpResults } from '../../src/protocol/ops.js';
 import type { RunningServer } from '../../src/server/app.js';
 import type { ChainDebug } from '../../src/server/chains/service.js';
-import { ADMIN_TOKEN } from './federation.js';
+import { ADMIN_TOKEN, fastServer } from './federation.js';
 import type { RawClient } from './raw-client.js';
 import { connectRaw } from './raw-client.js';
 import type { TestUser } from './users.js';
@@ -79,3 +82,25 @@ export async function debugChains(httpUrl: string, login: string): Promise<Chain
   if (!res.ok) throw new Error(`/debug/chains answered ${res.status}`);
   return (await res.json()) as ChainDebug;
 }
+
+/**
+ * Retries spread over a minute, with a longer call timeout, rather than FAST's 1.6 s: on a loaded machine a push
+ * must not give up mid-way where a test waits for it.
+ */
+export const PATIENT: NetworkServerSpec = { retryScheduleMs: '0,1000,5000,20000,60000', s2sTimeoutMs: 10_000 };
+
+/** Servers that are each the chain partner of all the others. */
+export const partners = (
+  logins: string[],
+  extra: (login: string) => NetworkServerSpec = () => ({}),
+): NetworkServerSpec[] =>
+  logins.map((login) =>
+    fastServer(login, { chainPartners: logins.filter((l) => l !== login).join(','), ...extra(login) }),
+  );
+
+export async function putBehindTheBack(server: RunningServer, blocks: readonly BuiltBlock[]): Promise<void> {
+  for (const b of blocks) assert.equal((await server.ctx.store.chains.append(blockInput(b.block))).link, 'stored');
+}
+
+export const sameHead = async (a: RunningServer, b: RunningServer, login: string) =>
+  JSON.stringify(await headOf(a, login)) === JSON.stringify(await headOf(b, login));

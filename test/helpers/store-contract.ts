@@ -27,6 +27,16 @@ import { publicKeyOf, testPair } from './containers.js';
 
 export const T0 = 1_774_700_000_000;
 
+/** A genesis block of login as the chain store takes it (the store checks links, not signatures). */
+const genesisInput = (login: string) => ({
+  login,
+  index: 0,
+  prevHash: ZERO_HASH_HEX,
+  hash: login.padEnd(64, '0'),
+  timeMs: T0,
+  bytes: new Uint8Array([1]),
+});
+
 /** The tables of migration 6 (user chains). */
 const CHAIN_TABLES = [
   'chain_blocks',
@@ -827,18 +837,7 @@ export function storeContract(factory: StoreFactory): void {
     it('chains: concurrent appends to many chains get distinct, commit-ordered globalSeqs', async () => {
       const store = await fresh();
       const logins = Array.from({ length: 20 }, (_, i) => `user${i}`);
-      const results = await Promise.all(
-        logins.map((login) =>
-          store.chains.append({
-            login,
-            index: 0,
-            prevHash: ZERO_HASH_HEX,
-            hash: login.padEnd(64, '0'),
-            timeMs: T0,
-            bytes: new Uint8Array([1]),
-          }),
-        ),
-      );
+      const results = await Promise.all(logins.map((login) => store.chains.append(genesisInput(login))));
       const seqs = results.map((r) => r.globalSeq!);
       assert.equal(new Set(seqs).size, logins.length);
       const heads = await store.chains.headsAfter(0, 100);
@@ -846,6 +845,30 @@ export function storeContract(factory: StoreFactory): void {
         heads.map((x) => x.globalSeq),
         [...seqs].sort((a, b) => a - b),
       );
+    });
+
+    it('chains: a GetChainHeads reader following its cursor during concurrent appends never skips a chain', async () => {
+      const store = await fresh();
+      const logins = Array.from({ length: 60 }, (_, i) => `cursor${i}`);
+      const seen = new Set<string>();
+      let cursor = 0;
+      let done = false;
+      const reader = (async () => {
+        for (;;) {
+          const last = done;
+          for (const h of await store.chains.headsAfter(cursor, 1000)) {
+            seen.add(h.login);
+            cursor = h.globalSeq;
+          }
+          if (last) return;
+          // SQLite's reads resolve at once: give its group commit (setImmediate) a turn.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      })();
+      await Promise.all(logins.map((login) => store.chains.append(genesisInput(login))));
+      done = true;
+      await reader;
+      assert.deepEqual([...seen].sort(), [...logins].sort());
     });
 
     it('nonces: a nonce is accepted once until it is older than the window', async () => {

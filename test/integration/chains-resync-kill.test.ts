@@ -8,9 +8,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { BuiltBlock } from '../../src/client/chain.js';
-import { toHex } from '../../src/protocol/bytes.js';
 import type { ChainDebug } from '../../src/server/chains/service.js';
-import { serverBlockHash } from '../../src/server/chains/service.js';
+import { blockInput } from '../../src/server/chains/service.js';
 import { makeBlocks, readChain, verifies } from '../helpers/chains.js';
 import { adminGet, startFederatedProcesses } from '../helpers/federated-processes.js';
 import { connectRaw } from '../helpers/raw-client.js';
@@ -26,14 +25,7 @@ async function writeChain(dbUrl: string, blocks: readonly BuiltBlock[]): Promise
   const store = await openTestStore(dbUrl);
   try {
     for (const { block } of blocks) {
-      const r = await store.chains.append({
-        login: block.login,
-        index: block.index,
-        prevHash: toHex(block.prevHash),
-        hash: serverBlockHash(block.bytes),
-        timeMs: block.timeMs,
-        bytes: block.bytes,
-      });
+      const r = await store.chains.append(blockInput(block));
       assert.equal(r.link, 'stored');
     }
   } finally {

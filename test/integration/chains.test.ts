@@ -97,6 +97,32 @@ describe('user chains on one server', { concurrency: true }, () => {
     assert.deepEqual(await headOf(alpha, 'alice'), { index: 6, hash: blocks[6]!.blockHash });
   });
 
+  it('GetChain pages of large blocks stay under the frame limit: at most 2 000 000 block bytes, at least one block', async () => {
+    await using net = await startNetwork({ servers: [fastServer('alpha')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    await using session = await connectUser(alpha.wsUrl, alice);
+    const blocks: ReturnType<typeof buildNextBlock>[] = [];
+    for (let i = 0; i < 40; i++) {
+      blocks.push(
+        buildNextBlock({ login: 'alice', signSeed: alice.seed }, blocks.at(-1)?.block ?? null, {
+          kind: 7,
+          body: new Uint8Array(64 * 1024).fill(i),
+          timeMs: T_CHAIN + i,
+        }),
+      );
+    }
+    await addBlocks(session, blocks);
+    await using anon = await connectRaw(alpha.wsUrl);
+    const page = await anon.call<OpResults['GetChain']>('GetChain', { login: 'alice', limit: 500 });
+    const bytes = page.items.reduce((n, i) => n + Buffer.from(i.blockB64, 'base64').length, 0);
+    assert.ok(page.items.length >= 1 && bytes <= 2_000_000, `${page.items.length} blocks, ${bytes} bytes`);
+    assert.equal(page.hasMore, true);
+    const whole = await readChain(alpha.wsUrl, 'alice');
+    assert.equal(whole.items.length, 40);
+    assert.ok(verifies(alice, whole.items));
+  });
+
   it('f) hostile input: another key, a wrong prevHash, a time before the previous block, trailing bytes, a 70 KB body, a future time, another login, a non-partner ReceiveBlock: each refused with its code and nothing stored', async () => {
     // gamma (alpha's chain partner) and delta (a known server, no partner) are servers whose keys the test holds.
     const gamma = fakeServer('gamma');
@@ -164,8 +190,29 @@ describe('user chains on one server', { concurrency: true }, () => {
     assertError(gap, 409, 'CHAIN_GAP');
     assert.equal((gap as { error: { headIndex: number } }).error.headIndex, 2);
     assertError(await fromGamma.request('ReceiveBlock', { blockB64: big }), 413, 'TOO_LARGE');
+    const diverged = await fromGamma.request('ReceiveBlock', {
+      blockB64: next({ prevHash: new Uint8Array(32).fill(9) }),
+    });
+    assertError(diverged, 409, 'CHAIN_DIVERGED');
+    assert.equal((diverged as { error: { headIndex: number } }).error.headIndex, 2);
+    assertError(await fromGamma.request('ReceiveBlock', { blockB64: next({ timeMs: T_CHAIN + 1 }) }), 400, 'BAD_TIME');
+    assertError(
+      await fromGamma.request('ReceiveBlock', {
+        blockB64: toBase64(new Uint8Array([...Buffer.from(next({}), 'base64'), 0])),
+      }),
+      400,
+      'BAD_BLOB',
+    );
+    // The same block again from the partner is an ACK, not a change.
+    assert.deepEqual(await fromGamma.call('ReceiveBlock', { blockB64: good[1]!.blockB64 }), {
+      login: 'alice',
+      index: 1,
+      result: 'known',
+    });
     assert.deepEqual(await headOf(alpha, 'alice'), before, 'nothing stored');
     assert.equal((await readChain(alpha.wsUrl, 'alice')).items.length, 3);
+    // alpha is alice's first access server: it keeps its chain, no resync is pending.
+    assert.equal((await alpha.ctx.chains.debug('alice')).resync, null);
   });
 });
 

@@ -162,7 +162,17 @@ describe('replication: catch-up of an access server that was down', () => {
     const summary = await syncNow(srv(A2).httpUrl);
     assert.deepEqual(
       { ...summary, durationMs: 0 },
-      { peers: 1, users: 1, dmRows: unsynced, settingsRows: 1, repairedCopies: 0, errors: 0, durationMs: 0 },
+      {
+        peers: 1,
+        users: 1,
+        dmRows: unsynced,
+        settingsRows: 1,
+        repairedCopies: 0,
+        chainBlocksPulled: 0,
+        chainResyncs: 0,
+        errors: 0,
+        durationMs: 0,
+      },
     );
 
     // Level with alpha1: same copies (keys, revisions, read times, bytes), tombstones and settings.

@@ -86,6 +86,8 @@ describe('replication cycle under the server-wide lock', () => {
         dmRows: 0,
         settingsRows: 0,
         repairedCopies: 0,
+        chainBlocksPulled: 0,
+        chainResyncs: 0,
         errors: 0,
         durationMs: 0,
       },

@@ -26,7 +26,7 @@ import { KeyedMutex } from '../keyed-mutex.js';
 import type { Logger } from '../log.js';
 import type { Counter, Metrics } from '../metrics.js';
 import type { Session, UserSession } from '../sessions.js';
-import { chainLink } from '../store/rules.js';
+import { chainLink, takeWithinBytes } from '../store/rules.js';
 import type { ChainBlockInput, ChainHead, ChainLink, ResyncMarker, Store } from '../store/types.js';
 
 export interface ChainDeps {
@@ -62,6 +62,8 @@ export interface ChainDebug {
 
 /** Blocks per page when a push reads its tail, and per GetChain when a backfill or resync pulls. */
 const PUSH_PAGE = 100;
+/** Block bytes in one GetChain answer (at least one block): base64 makes it about 2.7 MB of JSON. */
+const MAX_CHAIN_PAGE_BYTES = 2_000_000;
 /** Chains sent to one partner at the same time (their blocks share the partner's commits). */
 const PUSH_LANES = 8;
 
@@ -80,6 +82,16 @@ export function decodeBlockB64(b64: string): Block {
     throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `block rejected: ${err.reason}`);
   }
 }
+
+/** A decoded block as the store takes it. */
+export const blockInput = (block: Block): ChainBlockInput => ({
+  login: block.login,
+  index: block.index,
+  prevHash: toHex(block.prevHash),
+  hash: serverBlockHash(block.bytes),
+  timeMs: block.timeMs,
+  bytes: block.bytes,
+});
 
 const headDetails = (head: ChainHead | null) => ({ headIndex: head?.index ?? -1, headHash: head?.hash ?? null });
 
@@ -191,7 +203,9 @@ export class ChainService {
     // The head first: items never run past it, so a page is always a prefix of one complete chain.
     const head = await chains.head(p.login);
     const wanted = Math.min(limit, (head?.index ?? -1) - fromIndex + 1);
-    const items = wanted > 0 ? await chains.blocks(p.login, fromIndex, wanted) : [];
+    const rows = wanted > 0 ? await chains.blocks(p.login, fromIndex, wanted) : [];
+    // A page stays far below the 4 MiB frame: blocks of up to 64 KiB fill it long before 500 of them.
+    const { items } = takeWithinBytes(rows, limit, MAX_CHAIN_PAGE_BYTES, (r) => r.bytes.length);
     return {
       login: p.login,
       ...headDetails(head),
@@ -225,7 +239,15 @@ export class ChainService {
       case 'gap':
         this.gaps.inc({ side: 'answered' });
         this.deps.background.run('chain backfill after a gap', { login: input.login, partner: source }, (signal) =>
-          this.chainLock.run(input.login, () => this.catchUp(source, input.login, null, signal)),
+          this.chainLock
+            .run(input.login, () => this.catchUp(source, input.login, null, signal))
+            .catch((err: unknown) =>
+              this.deps.log.warn('chain catch-up after a gap failed; the next cycle retries', {
+                login: input.login,
+                partner: source,
+                err: String(err),
+              }),
+            ),
         );
         throw new ShineError('CHAIN_GAP', 'blocks before this one are missing here', {
           details: headDetails(result.head),
@@ -263,14 +285,7 @@ export class ChainService {
       throw new ShineError('BAD_SIGNATURE', "the block's signature does not verify with its login's key");
     }
     if (block.timeMs > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is in the future');
-    return {
-      login: block.login,
-      index: block.index,
-      prevHash: toHex(block.prevHash),
-      hash: serverBlockHash(block.bytes),
-      timeMs: block.timeMs,
-      bytes: block.bytes,
-    };
+    return blockInput(block);
   }
 
   /** Appends a block a partner holds; a stored one is pushed on to every other partner. */

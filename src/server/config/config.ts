@@ -395,22 +395,33 @@ export function parsePeers(value: string | readonly PeerConfig[]): PeerConfig[] 
   const list =
     typeof value !== 'string'
       ? value
-      : value
-          .split(',')
-          .map((s) => s.trim())
-          .filter((s) => s !== '')
-          .map((item) => {
-            const eq = item.indexOf('=');
-            if (eq < 0) throw new ConfigError('peers', `"${item}" must be login=wsUrl`);
-            return { serverLogin: item.slice(0, eq), wsUrl: item.slice(eq + 1) };
-          });
+      : commaList(value).map((item) => {
+          const eq = item.indexOf('=');
+          if (eq < 0) throw new ConfigError('peers', `"${item}" must be login=wsUrl`);
+          return { serverLogin: item.slice(0, eq), wsUrl: item.slice(eq + 1) };
+        });
+  checkServerLogins(
+    'peers',
+    list.map((p) => p.serverLogin),
+  );
+  return list.map((p) => ({ serverLogin: p.serverLogin, wsUrl: wsUrl('peers', p.wsUrl) }));
+}
+
+/** The non-empty items of a comma-separated list, trimmed. */
+const commaList = (value: string): string[] =>
+  value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+
+/** Every entry a valid server login, none twice. */
+function checkServerLogins(field: string, logins: readonly string[]): void {
   const seen = new Set<string>();
-  return list.map((p) => {
-    if (!isValidLogin(p.serverLogin)) throw new ConfigError('peers', `"${p.serverLogin}" is not a valid server login`);
-    if (seen.has(p.serverLogin)) throw new ConfigError('peers', `${p.serverLogin} is listed twice`);
-    seen.add(p.serverLogin);
-    return { serverLogin: p.serverLogin, wsUrl: wsUrl('peers', p.wsUrl) };
-  });
+  for (const login of logins) {
+    if (!isValidLogin(login)) throw new ConfigError(field, `"${login}" is not a valid server login`);
+    if (seen.has(login)) throw new ConfigError(field, `${login} is listed twice`);
+    seen.add(login);
+  }
 }
 
 /**
@@ -418,20 +429,9 @@ export function parsePeers(value: string | readonly PeerConfig[]): PeerConfig[] 
  * peer is checked at start-up, once the directory is loaded (docs/protocol.md §14.3).
  */
 export function parseChainPartners(value: string | readonly string[]): string[] {
-  const list =
-    typeof value !== 'string'
-      ? value
-      : value
-          .split(',')
-          .map((s) => s.trim())
-          .filter((s) => s !== '');
-  const seen = new Set<string>();
-  for (const login of list) {
-    if (!isValidLogin(login)) throw new ConfigError('chainPartners', `"${login}" is not a valid server login`);
-    if (seen.has(login)) throw new ConfigError('chainPartners', `${login} is listed twice`);
-    seen.add(login);
-  }
-  return [...list];
+  const list = typeof value !== 'string' ? [...value] : commaList(value);
+  checkServerLogins('chainPartners', list);
+  return list;
 }
 
 /** A rate limit from `perSecond,burst` or its object form (missing fields from fallback). */

@@ -6,7 +6,7 @@ import type { Container } from '../../protocol/container.js';
 import { baseKeyOf } from '../../protocol/container.js';
 import type { DeliveryReceipt } from '../../protocol/receipt.js';
 import { pickReceipt } from '../../protocol/receipt.js';
-import type { DeliveryRow, StoredCopy, StorePairInput } from './types.js';
+import type { ChainHead, DeliveryRow, StoredCopy, StorePairInput } from './types.js';
 
 /** A signed_messages row as both dialects read it (integers as numbers, the blob as bytes). */
 export interface MessageDbRow {
@@ -168,3 +168,17 @@ export function deliveryRowValues(
     proofJson(d.proof),
   ];
 }
+
+/** A chain_heads row as both dialects read it. */
+export interface ChainHeadDbRow {
+  login: string;
+  head_index: number;
+  head_hash: string;
+  time_ms: number;
+  global_seq: number;
+}
+
+export const CHAIN_HEAD_COLUMNS = 'login, head_index, head_hash, time_ms, global_seq';
+
+export const chainHeadOf = (r: ChainHeadDbRow | undefined): ChainHead | null =>
+  r ? { login: r.login, index: r.head_index, hash: r.head_hash, timeMs: r.time_ms, globalSeq: r.global_seq } : null;

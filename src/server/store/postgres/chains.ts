@@ -4,6 +4,8 @@
  */
 import type pg from 'pg';
 import { chainLink, holdsIndex } from '../rules.js';
+import type { ChainHeadDbRow } from '../rows.js';
+import { CHAIN_HEAD_COLUMNS, chainHeadOf } from '../rows.js';
 import type {
   AppendBlockResult,
   ChainBlockInput,
@@ -15,22 +17,9 @@ import type {
 } from '../types.js';
 import type { PgDb, Queryable } from './db.js';
 
-interface HeadRow {
-  login: string;
-  head_index: number;
-  head_hash: string;
-  time_ms: number;
-  global_seq: number;
-}
-
-const headOf = (r: HeadRow | undefined): ChainHead | null =>
-  r ? { login: r.login, index: r.head_index, hash: r.head_hash, timeMs: r.time_ms, globalSeq: r.global_seq } : null;
-
-const HEAD_COLUMNS = 'login, head_index, head_hash, time_ms, global_seq';
-
 async function headIn(q: Queryable, login: string): Promise<ChainHead | null> {
-  const r = await q.query<HeadRow>(`SELECT ${HEAD_COLUMNS} FROM chain_heads WHERE login = $1`, [login]);
-  return headOf(r.rows[0]);
+  const r = await q.query<ChainHeadDbRow>(`SELECT ${CHAIN_HEAD_COLUMNS} FROM chain_heads WHERE login = $1`, [login]);
+  return chainHeadOf(r.rows[0]);
 }
 
 async function blockSeqIn(q: Queryable, login: string, index: number): Promise<{ hash: string; seq: number } | null> {
@@ -73,7 +62,7 @@ async function insertBlocks(c: pg.ClientBase, blocks: readonly ChainBlockInput[]
 
 async function setHead(c: pg.ClientBase, h: ChainHead): Promise<void> {
   await c.query(
-    `INSERT INTO chain_heads (${HEAD_COLUMNS}) VALUES ($1, $2, $3, $4, $5)
+    `INSERT INTO chain_heads (${CHAIN_HEAD_COLUMNS}) VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
        time_ms = excluded.time_ms, global_seq = excluded.global_seq`,
     [h.login, h.index, h.hash, h.timeMs, h.globalSeq],
@@ -111,7 +100,11 @@ export class PgChainStore implements ChainStore {
     return (await blockSeqIn(this.db, login, index))?.hash ?? null;
   }
 
-  append(block: ChainBlockInput): Promise<AppendBlockResult> {
+  async append(block: ChainBlockInput): Promise<AppendBlockResult> {
+    // A block held already (partners push the same block more than once) is answered without the counter's lock.
+    const held = await blockSeqIn(this.db, block.login, block.index);
+    if (held?.hash === block.hash)
+      return { link: 'known', head: await headIn(this.db, block.login), globalSeq: held.seq };
     return this.db.tx(async (c) => {
       // The counter row first: its lock orders every append, so the head read below cannot move until COMMIT.
       const seq = await nextSeq(c, 1);
@@ -142,11 +135,11 @@ export class PgChainStore implements ChainStore {
   }
 
   async headsAfter(afterGlobalSeq: number, limit: number): Promise<ChainHead[]> {
-    const r = await this.db.query<HeadRow>(
-      `SELECT ${HEAD_COLUMNS} FROM chain_heads WHERE global_seq > $1 ORDER BY global_seq LIMIT $2`,
+    const r = await this.db.query<ChainHeadDbRow>(
+      `SELECT ${CHAIN_HEAD_COLUMNS} FROM chain_heads WHERE global_seq > $1 ORDER BY global_seq LIMIT $2`,
       [afterGlobalSeq, limit],
     );
-    return r.rows.map((row) => headOf(row)!);
+    return r.rows.map((row) => chainHeadOf(row)!);
   }
 
   async markResync(marker: ResyncMarker): Promise<ResyncMarker> {

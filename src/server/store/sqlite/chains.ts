@@ -1,5 +1,7 @@
 /** User chains on SQLite (docs/protocol.md §14): appends and replacements under the one writer. */
 import { chainLink, holdsIndex } from '../rules.js';
+import type { ChainHeadDbRow } from '../rows.js';
+import { CHAIN_HEAD_COLUMNS, chainHeadOf } from '../rows.js';
 import type {
   AppendBlockResult,
   ChainBlockInput,
@@ -11,26 +13,15 @@ import type {
 } from '../types.js';
 import { SqliteArea } from './db.js';
 
-interface HeadRow {
-  login: string;
-  head_index: number;
-  head_hash: string;
-  time_ms: number;
-  global_seq: number;
-}
-
-const headOf = (r: HeadRow | undefined): ChainHead | null =>
-  r ? { login: r.login, index: r.head_index, hash: r.head_hash, timeMs: r.time_ms, globalSeq: r.global_seq } : null;
-
-const HEAD_COLUMNS = 'login, head_index, head_hash, time_ms, global_seq';
-
 export class SqliteChainStore extends SqliteArea implements ChainStore {
   async head(login: string): Promise<ChainHead | null> {
     return this.headNow(login);
   }
 
   private headNow(login: string): ChainHead | null {
-    return headOf(this.sql(`SELECT ${HEAD_COLUMNS} FROM chain_heads WHERE login = ?`).get(login) as HeadRow);
+    return chainHeadOf(
+      this.sql(`SELECT ${CHAIN_HEAD_COLUMNS} FROM chain_heads WHERE login = ?`).get(login) as ChainHeadDbRow,
+    );
   }
 
   private hashNow(login: string, index: number): string | null {
@@ -85,7 +76,7 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
 
   private setHead(h: ChainHead): void {
     this.sql(
-      `INSERT INTO chain_heads (${HEAD_COLUMNS}) VALUES (?, ?, ?, ?, ?)
+      `INSERT INTO chain_heads (${CHAIN_HEAD_COLUMNS}) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
          time_ms = excluded.time_ms, global_seq = excluded.global_seq`,
     ).run(h.login, h.index, h.hash, h.timeMs, h.globalSeq);
@@ -128,9 +119,9 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
 
   async headsAfter(afterGlobalSeq: number, limit: number): Promise<ChainHead[]> {
     const rows = this.sql(
-      `SELECT ${HEAD_COLUMNS} FROM chain_heads WHERE global_seq > ? ORDER BY global_seq LIMIT ?`,
-    ).all(afterGlobalSeq, limit) as HeadRow[];
-    return rows.map((r) => headOf(r)!);
+      `SELECT ${CHAIN_HEAD_COLUMNS} FROM chain_heads WHERE global_seq > ? ORDER BY global_seq LIMIT ?`,
+    ).all(afterGlobalSeq, limit) as ChainHeadDbRow[];
+    return rows.map((r) => chainHeadOf(r)!);
   }
 
   markResync(marker: ResyncMarker): Promise<ResyncMarker> {
