@@ -25,7 +25,11 @@ describe('user chains mirrored to partners', () => {
   it('a) 1 000 blocks added by alice on alpha reach beta and gamma; every block verifies; each head equals alpha’s', async () => {
     await using net = await startNetwork({
       federate: true,
-      servers: partners(['alpha', 'beta', 'gamma'], () => PATIENT),
+      // 1 000 AddBlocks back to back on one connection: more than the default per-connection rate allows.
+      servers: partners(['alpha', 'beta', 'gamma'], () => ({
+        ...PATIENT,
+        rateLimit: { perSecond: 100_000, burst: 100_000 },
+      })),
     });
     const [alpha, beta, gamma] = net.servers as [RunningServer, RunningServer, RunningServer];
     const alice = makeUser('alice', ['alpha']);

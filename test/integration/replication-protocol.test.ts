@@ -397,12 +397,14 @@ describe('replication protocol', () => {
     assert.match(
       ok.stdout,
       new RegExp(
-        `^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); repaired 0 copy\\(ies\\); 0 error\\(s\\)\n$`,
+        `^sync done in \\d+ ms: 1 peer server\\(s\\), ${shared} shared user\\(s\\); pulled \\d+ message row\\(s\\) and \\d+ setting row\\(s\\); repaired 0 copy\\(ies\\); pulled 0 chain block\\(s\\), resynced 0 chain\\(s\\); 0 error\\(s\\)\n$`,
       ),
     );
     const json = await cli(['sync', '--server', srv(A2).wsUrl, '--json'], { SHINE_ADMIN_TOKEN: ADMIN_TOKEN });
     assert.equal(json.code, 0, json.stderr);
     assert.deepEqual(Object.keys(JSON.parse(json.stdout) as object).sort(), [
+      'chainBlocksPulled',
+      'chainResyncs',
       'dmRows',
       'durationMs',
       'errors',

@@ -28,7 +28,7 @@ export function registerSync(program: Command): void {
       if (flags.json) out(body);
       else
         out(
-          `sync done in ${s.durationMs} ms: ${s.peers} peer server(s), ${s.users} shared user(s); pulled ${s.dmRows} message row(s) and ${s.settingsRows} setting row(s); repaired ${s.repairedCopies} copy(ies); ${s.errors} error(s)` +
+          `sync done in ${s.durationMs} ms: ${s.peers} peer server(s), ${s.users} shared user(s); pulled ${s.dmRows} message row(s) and ${s.settingsRows} setting row(s); repaired ${s.repairedCopies} copy(ies); pulled ${s.chainBlocksPulled} chain block(s), resynced ${s.chainResyncs} chain(s); ${s.errors} error(s)` +
             (s.peers === 0 ? ' — nothing to replicate: the server is local or shares no user with another server' : ''),
         );
       if (s.errors > 0) throw new CliError(`${s.errors} exchange(s) with peer servers failed; see the server log`);
