@@ -10,6 +10,7 @@ import fc from 'fast-check';
 import { toBase64, utf8 } from '../../src/protocol/bytes.js';
 import { MAX_CONTAINER } from '../../src/protocol/container.js';
 import { signEd25519 } from '../../src/protocol/ed25519.js';
+import { buildNextBlock } from '../../src/client/chain.js';
 import type { TestPair } from './federation.js';
 import { textPair } from './federation.js';
 import type { TestUser } from './users.js';
@@ -52,12 +53,19 @@ const READ_OPS = [
   'DmDigest',
   'DmKeys',
   'DmFetch',
+  'GetChain',
+  'GetChainHeads',
 ] as const;
 
 /** A valid-shaped payload per op: the fuzzer breaks one field of it. */
 function templates(w: FuzzWorld): Record<string, Record<string, unknown>> {
   const p = w.taken.aliceOld;
   const call = { callId: 'call-1', toLogin: w.bob.login, payloadB64: toBase64(utf8('{}')) };
+  const block = buildNextBlock({ login: w.alice.login, signSeed: w.alice.seed }, null, {
+    kind: 1,
+    body: utf8('genesis'),
+    timeMs: 1,
+  }).blockB64;
   return {
     AuthChallenge: {},
     AuthLogin: { login: w.alice.login, deviceId: 'device-9', signatureB64: toBase64(new Uint8Array(64)) },
@@ -92,6 +100,10 @@ function templates(w: FuzzWorld): Record<string, Record<string, unknown>> {
     DmDigest: { ownerLogin: w.alice.login, fromTimeMs: 0, toTimeMs: 4_000_000_000_000, buckets: 16 },
     DmKeys: { ownerLogin: w.alice.login, fromTimeMs: 0, toTimeMs: 4_000_000_000_000 },
     DmFetch: { ownerLogin: w.alice.login, messageKeys: [p.outgoingKey] },
+    AddBlock: { blockB64: block },
+    GetChain: { login: w.alice.login, fromIndex: 0, limit: 10 },
+    ReceiveBlock: { blockB64: block },
+    GetChainHeads: { afterGlobalSeq: 0, limit: 10 },
   };
 }
 
@@ -335,6 +347,13 @@ export function hostileFrames(w: FuzzWorld): fc.Arbitrary<FuzzFrame> {
           ),
         ),
       fc.constantFrom<FuzzTarget>('server', 'user'),
+    ),
+    frame(
+      'bad block (chain ops)',
+      fc
+        .tuple(fc.constantFrom('AddBlock', 'ReceiveBlock'), rid, bad)
+        .map(([op, r, blob]) => envelope(op, r, { blockB64: blob })),
+      fc.constantFrom<FuzzTarget>('user', 'server', 'anon'),
     ),
     frame(
       'mismatched pair, other sender',
