@@ -6,7 +6,7 @@ import type { Container } from '../../protocol/container.js';
 import { baseKeyOf } from '../../protocol/container.js';
 import type { DeliveryReceipt } from '../../protocol/receipt.js';
 import { pickReceipt } from '../../protocol/receipt.js';
-import type { ChainHead, DeliveryRow, StoredCopy, StorePairInput } from './types.js';
+import type { ChainBlockRow, ChainHead, DeliveryRow, StoredCopy, StorePairInput } from './types.js';
 
 /** A signed_messages row as both dialects read it (integers as numbers, the blob as bytes). */
 export interface MessageDbRow {
@@ -179,6 +179,25 @@ export interface ChainHeadDbRow {
 }
 
 export const CHAIN_HEAD_COLUMNS = 'login, head_index, head_hash, time_ms, global_seq';
+
+/** A chain_blocks row as both dialects read it (the block's bytes as the driver returns them). */
+export interface ChainBlockDbRow {
+  idx: number;
+  hash: string;
+  time_ms: number;
+  global_seq: number;
+  block: Uint8Array;
+}
+
+export const CHAIN_BLOCK_COLUMNS = 'idx, hash, time_ms, global_seq, block';
+
+export const chainBlockOf = (r: ChainBlockDbRow): ChainBlockRow => ({
+  index: r.idx,
+  hash: r.hash,
+  timeMs: r.time_ms,
+  globalSeq: r.global_seq,
+  bytes: new Uint8Array(r.block),
+});
 
 export const chainHeadOf = (r: ChainHeadDbRow | undefined): ChainHead | null =>
   r ? { login: r.login, index: r.head_index, hash: r.head_hash, timeMs: r.time_ms, globalSeq: r.global_seq } : null;

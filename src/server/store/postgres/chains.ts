@@ -4,8 +4,8 @@
  */
 import type pg from 'pg';
 import { chainLink, holdsIndex } from '../rules.js';
-import type { ChainHeadDbRow } from '../rows.js';
-import { CHAIN_HEAD_COLUMNS, chainHeadOf } from '../rows.js';
+import type { ChainBlockDbRow, ChainHeadDbRow } from '../rows.js';
+import { CHAIN_BLOCK_COLUMNS, CHAIN_HEAD_COLUMNS, chainBlockOf, chainHeadOf } from '../rows.js';
 import type {
   AppendBlockResult,
   ChainBlockInput,
@@ -83,17 +83,11 @@ export class PgChainStore implements ChainStore {
   }
 
   async blocks(login: string, fromIndex: number, limit: number): Promise<ChainBlockRow[]> {
-    const r = await this.db.query<{ idx: number; hash: string; time_ms: number; global_seq: number; block: Buffer }>(
-      'SELECT idx, hash, time_ms, global_seq, block FROM chain_blocks WHERE login = $1 AND idx >= $2 ORDER BY idx LIMIT $3',
+    const r = await this.db.query<ChainBlockDbRow>(
+      `SELECT ${CHAIN_BLOCK_COLUMNS} FROM chain_blocks WHERE login = $1 AND idx >= $2 ORDER BY idx LIMIT $3`,
       [login, fromIndex, limit],
     );
-    return r.rows.map((row) => ({
-      index: row.idx,
-      hash: row.hash,
-      timeMs: row.time_ms,
-      globalSeq: row.global_seq,
-      bytes: new Uint8Array(row.block),
-    }));
+    return r.rows.map(chainBlockOf);
   }
 
   async hashAt(login: string, index: number): Promise<string | null> {

@@ -1,7 +1,7 @@
 /** User chains on SQLite (docs/protocol.md §14): appends and replacements under the one writer. */
 import { chainLink, holdsIndex } from '../rules.js';
-import type { ChainHeadDbRow } from '../rows.js';
-import { CHAIN_HEAD_COLUMNS, chainHeadOf } from '../rows.js';
+import type { ChainBlockDbRow, ChainHeadDbRow } from '../rows.js';
+import { CHAIN_BLOCK_COLUMNS, CHAIN_HEAD_COLUMNS, chainBlockOf, chainHeadOf } from '../rows.js';
 import type {
   AppendBlockResult,
   ChainBlockInput,
@@ -32,21 +32,9 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
 
   async blocks(login: string, fromIndex: number, limit: number): Promise<ChainBlockRow[]> {
     const rows = this.sql(
-      'SELECT idx, hash, time_ms, global_seq, block FROM chain_blocks WHERE login = ? AND idx >= ? ORDER BY idx LIMIT ?',
-    ).all(login, fromIndex, limit) as {
-      idx: number;
-      hash: string;
-      time_ms: number;
-      global_seq: number;
-      block: Buffer;
-    }[];
-    return rows.map((r) => ({
-      index: r.idx,
-      hash: r.hash,
-      timeMs: r.time_ms,
-      globalSeq: r.global_seq,
-      bytes: new Uint8Array(r.block),
-    }));
+      `SELECT ${CHAIN_BLOCK_COLUMNS} FROM chain_blocks WHERE login = ? AND idx >= ? ORDER BY idx LIMIT ?`,
+    ).all(login, fromIndex, limit) as ChainBlockDbRow[];
+    return rows.map(chainBlockOf);
   }
 
   async hashAt(login: string, index: number): Promise<string | null> {
