@@ -101,9 +101,14 @@ const buildStarted = performance.now();
         { kind: 'text', bodyBytes: 96 },
       );
       // As the source's SendMessagePair does for a recipient of its own: delivered, its own receipt the proof.
-      const proof = receiptFor(SOURCE, sign, { ...incoming, messageKey: messageKeyOf(incoming), storedAtMs: t });
       const delivery = PROOFS
-        ? { state: 'delivered' as const, attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null, proof }
+        ? {
+            state: 'delivered' as const,
+            attempt: 1,
+            acceptedAtMs: t,
+            nextAttemptAtMs: null,
+            proof: receiptFor(SOURCE, sign, { ...incoming, messageKey: messageKeyOf(incoming), storedAtMs: t }),
+          }
         : { state: 'failed' as const, attempt: 6, acceptedAtMs: t, nextAttemptAtMs: null };
       writes.push(store.messages.storePair({ incoming, outgoing, nowMs: t, outbox, delivery }));
     }

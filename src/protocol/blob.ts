@@ -12,17 +12,23 @@ export function checkBlobSize(b64: string): void {
     throw new ShineError('TOO_LARGE', `a container is at most ${MAX_CONTAINER} bytes`);
 }
 
-/** Base64 → container, with the protocol's error codes for each failure. */
-export function decodeBlob(b64: string): Container {
+/**
+ * Base64 → what `decode` makes of the bytes (a container, a chain block), with the protocol's error codes
+ * for each failure: TOO_LARGE off the text alone, BAD_BLOB for bad base64 and anything the decoder refuses.
+ */
+export function decodeBase64With<T>(b64: string, decode: (bytes: Uint8Array) => T, what = 'container'): T {
   checkBlobSize(b64);
   const bytes = fromBase64(b64);
-  if (!bytes) throw new ShineError('BAD_BLOB', 'blob is not base64');
+  if (!bytes) throw new ShineError('BAD_BLOB', `${what === 'container' ? 'blob' : what} is not base64`);
   try {
-    return decodeContainer(bytes);
+    return decode(bytes);
   } catch (err) {
     if (err instanceof ContainerError) {
-      throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `container rejected: ${err.reason}`);
+      throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `${what} rejected: ${err.reason}`);
     }
     throw err;
   }
 }
+
+/** Base64 → container, with the protocol's error codes for each failure. */
+export const decodeBlob = (b64: string): Container => decodeBase64With(b64, decodeContainer);

@@ -107,6 +107,15 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 export const utf8 = (text: string): Uint8Array => encoder.encode(text);
 export const fromUtf8 = (bytes: Uint8Array): string => decoder.decode(bytes);
+const strictDecoder = new TextDecoder('utf-8', { fatal: true });
+/** The bytes as text when they are valid UTF-8, else null. */
+export function strictUtf8(bytes: Uint8Array): string | null {
+  try {
+    return strictDecoder.decode(bytes);
+  } catch {
+    return null;
+  }
+}
 
 export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
   let len = 0;

@@ -207,12 +207,9 @@ export interface FakeServer {
   descriptor: ServerDescriptor;
 }
 
-/** A server identity with a fresh key (or seed); wsUrl defaults to a loopback port nothing listens on. */
-export function fakeServer(
-  serverLogin: string,
-  wsUrl = 'ws://127.0.0.1:9/ws',
-  seed: Uint8Array = new Uint8Array(randomBytes(32)),
-): FakeServer {
+/** A server identity with a fresh key; wsUrl defaults to a loopback port nothing listens on. */
+export function fakeServer(serverLogin: string, wsUrl = 'ws://127.0.0.1:9/ws'): FakeServer {
+  const seed = new Uint8Array(randomBytes(32));
   const descriptor = signDescriptor({ serverLogin, wsUrl, signKeyB64: toBase64(ed25519PublicKey(seed)) }, seed);
   return { serverLogin, seed, seedB64: toBase64(seed), descriptor };
 }

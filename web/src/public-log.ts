@@ -4,6 +4,7 @@
  */
 import type { Block, VerifiedChain } from '../../src/client/index.js';
 import { TEXT_POST_KIND, blockHash, describeChainProblem } from '../../src/client/index.js';
+import { strictUtf8 } from '../../src/protocol/bytes.js';
 
 /** One verified block as the list shows it. */
 export interface LogEntry {
@@ -32,16 +33,8 @@ export interface OpenLog {
   version: number;
 }
 
-const utf8Strict = new TextDecoder('utf-8', { fatal: true });
-
 export function entryOf(block: Block): LogEntry {
-  let text: string | null = null;
-  if (block.kind === TEXT_POST_KIND)
-    try {
-      text = utf8Strict.decode(block.body);
-    } catch {
-      text = null;
-    }
+  const text = block.kind === TEXT_POST_KIND ? strictUtf8(block.body) : null;
   return {
     index: block.index,
     blockHash: blockHash(block),

@@ -9,7 +9,7 @@ import { InvalidArgumentError } from 'commander';
 import type { Block, VerifiedChain } from '../../client/index.js';
 import { TEXT_POST_KIND, blockHash, describeChainProblem } from '../../client/index.js';
 import { MAX_BLOCK_BODY } from '../../protocol/block.js';
-import { toBase64 } from '../../protocol/bytes.js';
+import { strictUtf8, toBase64 } from '../../protocol/bytes.js';
 import type { ClientFlags } from '../connection.js';
 import { DEFAULT_WS_URL, openClient, withClient, wsServerUrl } from '../connection.js';
 import { CliError, ProblemsFoundError, checkLogin } from '../errors.js';
@@ -110,16 +110,10 @@ async function readBody(file: string): Promise<Uint8Array> {
   return body;
 }
 
-const utf8Strict = new TextDecoder('utf-8', { fatal: true });
-
 /** The body as text when it is UTF-8 without control characters (newlines and tabs allowed), else null. */
 function bodyText(body: Uint8Array): string | null {
-  try {
-    const text = utf8Strict.decode(body);
-    return /[\u0000-\u0008\u000b-\u001f\u007f]/.test(text) ? null : text;
-  } catch {
-    return null;
-  }
+  const text = strictUtf8(body);
+  return text === null || /[\u0000-\u0008\u000b-\u001f\u007f]/.test(text) ? null : text;
 }
 
 function blockLine(b: Block): string {

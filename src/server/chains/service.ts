@@ -4,11 +4,10 @@
  * hold beyond our heads, and the resync of a diverged chain from its owner's first access server.
  */
 import { createHash } from 'node:crypto';
-import { checkBlobSize } from '../../protocol/blob.js';
+import { decodeBase64With } from '../../protocol/blob.js';
 import type { Block } from '../../protocol/block.js';
-import { decodeBlock } from '../../protocol/block.js';
-import { fromBase64, toBase64, toHex } from '../../protocol/bytes.js';
-import { ContainerError } from '../../protocol/container.js';
+import { decodeBlock, verifyBlock } from '../../protocol/block.js';
+import { toBase64, toHex } from '../../protocol/bytes.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -68,20 +67,10 @@ const MAX_CHAIN_PAGE_BYTES = 2_000_000;
 const PUSH_LANES = 8;
 
 /** SHA-256 of a block's whole bytes as hex: node:crypto on the server (docs/protocol.md §14.1). */
-export const serverBlockHash = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
+const serverBlockHash = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
 /** A block from a payload: TOO_LARGE before decoding, BAD_BLOB for anything the decoder refuses. */
-export function decodeBlockB64(b64: string): Block {
-  checkBlobSize(b64);
-  const bytes = fromBase64(b64);
-  if (!bytes) throw new ShineError('BAD_BLOB', 'block is not base64');
-  try {
-    return decodeBlock(bytes);
-  } catch (err) {
-    if (!(err instanceof ContainerError)) throw err;
-    throw new ShineError(err.reason === 'TOO_LARGE' ? 'TOO_LARGE' : 'BAD_BLOB', `block rejected: ${err.reason}`);
-  }
-}
+const decodeBlockB64 = (b64: string): Block => decodeBase64With(b64, decodeBlock, 'block');
 
 /** A decoded block as the store takes it. */
 export const blockInput = (block: Block): ChainBlockInput => ({
@@ -281,7 +270,7 @@ export class ChainService {
     const { directory, verifier, clock, config } = this.deps;
     const owner = await directory.lookup(block.login);
     if (!owner) throw new ShineError('USER_NOT_FOUND', `unknown user ${block.login}`);
-    if (!verifier.verify(block.signature, block.bytes.subarray(0, block.signedLength), owner.signKey)) {
+    if (!verifyBlock(block, owner.signKey, verifier)) {
       throw new ShineError('BAD_SIGNATURE', "the block's signature does not verify with its login's key");
     }
     if (block.timeMs > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is in the future');

@@ -605,22 +605,19 @@ export class ReplicationService {
     // asked which pairs it delivered and their proofs are checked, so the verify thread never waits out
     // the round trip. A proof of a row that is then refused is not used.
     const pairKeys = shaped.filter((d) => d.copies.length === 2).map((d) => d.item.primaryMessageKey);
-    const [problems, { remote, proofs }] = await Promise.all([
+    const [problems, proofs] = await Promise.all([
       dm.checkSignedRows(
         shaped.map((d) => d.copies),
         this.deps.bulkVerifier,
       ),
-      this.deliveryStatus(peer, pairKeys).then(async (remote) => ({
-        remote,
-        proofs: await this.deliveryProofs(peer, shaped, remote),
-      })),
+      this.deliveryStatus(peer, pairKeys).then((remote) => this.deliveryProofs(peer, shaped, remote)),
     ]);
     const decoded = shaped.filter((d, i) => {
       const problem = problems[i];
       if (problem) this.refuseRow(peer, owner, d.item.primaryMessageKey, problem.message);
       return !problem;
     });
-    return { decoded, remote, proofs };
+    return { decoded, proofs };
   }
 
   /** The peer's delivery status of the pairs outgoingKeys, by key; empty when it cannot say. */
@@ -721,7 +718,6 @@ export class ReplicationService {
 /** A DM page that checkPage kept: its rows that verify, and the peer's delivery status of its pairs. */
 interface CheckedDmPage {
   decoded: { item: DmSyncAnswer['items'][number]; copies: Container[] }[];
-  remote: Map<string, DeliveryStatusItem>;
   /** The checked proofs of the pairs delivered there, by outgoing key. */
   proofs: Map<string, DeliveryReceipt>;
 }

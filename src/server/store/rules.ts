@@ -5,7 +5,8 @@
  * target, deletes remove their targets, outbox rows follow copies) are written once.
  */
 import { createHash } from 'node:crypto';
-import { compareBytes } from '../../protocol/bytes.js';
+import { ZERO_HASH } from '../../protocol/block.js';
+import { compareBytes, toHex } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import {
   baseKeyOf,
@@ -320,7 +321,7 @@ export const DIGEST_PAGE_ROWS = 5000;
 // ---- user chains (docs/protocol.md §14.2) ----
 
 /** prevHash of a genesis block, as hex. */
-export const ZERO_HASH_HEX = '0'.repeat(64);
+export const ZERO_HASH_HEX = toHex(ZERO_HASH);
 
 /**
  * How block relates to the chain whose head is `head`; `heldHash` is the hash this chain holds at block.index

@@ -24,10 +24,10 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
     );
   }
 
-  private hashNow(login: string, index: number): string | null {
-    const r = this.sql('SELECT hash FROM chain_blocks WHERE login = ? AND idx = ?').get(login, index) as
-      { hash: string } | undefined;
-    return r?.hash ?? null;
+  private blockSeqNow(login: string, index: number): { hash: string; seq: number } | null {
+    const r = this.sql('SELECT hash, global_seq FROM chain_blocks WHERE login = ? AND idx = ?').get(login, index) as
+      { hash: string; global_seq: number } | undefined;
+    return r ? { hash: r.hash, seq: r.global_seq } : null;
   }
 
   async blocks(login: string, fromIndex: number, limit: number): Promise<ChainBlockRow[]> {
@@ -38,7 +38,7 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
   }
 
   async hashAt(login: string, index: number): Promise<string | null> {
-    return this.hashNow(login, index);
+    return this.blockSeqNow(login, index)?.hash ?? null;
   }
 
   /** The next globalSeq values: n of them, the last one answered. */
@@ -73,15 +73,9 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
   append(block: ChainBlockInput): Promise<AppendBlockResult> {
     return this.db.write(() => {
       const head = this.headNow(block.login);
-      const held = holdsIndex(head, block.index) ? this.hashNow(block.login, block.index) : null;
-      const link = chainLink(head, block, held);
-      if (link === 'known') {
-        const seq = this.sql('SELECT global_seq FROM chain_blocks WHERE login = ? AND idx = ?').get(
-          block.login,
-          block.index,
-        ) as { global_seq: number };
-        return { link, head, globalSeq: seq.global_seq };
-      }
+      const held = holdsIndex(head, block.index) ? this.blockSeqNow(block.login, block.index) : null;
+      const link = chainLink(head, block, held?.hash ?? null);
+      if (link === 'known') return { link, head, globalSeq: held!.seq };
       if (link !== 'stored') return { link, head, globalSeq: null };
       const globalSeq = this.nextSeq(1);
       this.insertBlock(block, globalSeq);
