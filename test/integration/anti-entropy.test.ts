@@ -60,8 +60,13 @@ describe('anti-entropy: a replica restored from an old backup is repaired', () =
     });
     const texts = (from: 'alice' | 'bob', first: number, n: number) =>
       Array.from({ length: n }, (_, i) => ({ pair: pairOf(ref(from, first + i)) }));
-    /** Both of bob's servers pull from each other, so each one's outbox is all synced. */
+    /**
+     * Both of bob's servers pull from each other, so each one's outbox is all synced. Alpha's deliveries
+     * (and every server's other background work) end first: a copy alpha delivers to bravo1 after bravo2
+     * pulled would stay unsynced on bravo1.
+     */
     const syncBoth = async () => {
+      await Promise.all(net.servers.map((s) => s.drain()));
       await syncNow(srv(B2).httpUrl);
       await syncNow(srv(B1).httpUrl);
       assert.equal((await outboxCounts(srv(B1).httpUrl, 'bob')).unsynced, 0);
