@@ -10,7 +10,7 @@ import { incomingKeyOf, messageKeyOf } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import type { ServerKey } from '../keys.js';
-import { checkReceipt, expectationFor, proofSigners, receiptFor } from './receipts.js';
+import { checkReceipt, expectationFor, ownReceipt, proofSigners, storedReceipt } from './receipts.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
@@ -21,7 +21,7 @@ import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { Fanout } from '../cluster/fanout.js';
-import type { DeliveryRow, DeliveryUpdate, StoredCopy, Store } from '../store/types.js';
+import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
 import type { DeliveryTrouble } from './trouble.js';
 import { causeOf } from './trouble.js';
 
@@ -175,7 +175,7 @@ export class DeliveryEngine {
         return { state: 'accepted', changed: false };
       }
       try {
-        const proof = delivered === 'local' ? await this.localProof(want.messageKey) : delivered;
+        const proof = delivered === 'local' ? await storedReceipt(this.deps, want.messageKey) : delivered;
         if (await this.deps.store.delivery.markDelivered(outgoingKey, outgoing, this.deps.clock.now(), proof)) {
           this.firstAttempts.inc({ outcome: 'delivered' });
           return { state: 'delivered', changed: true, proof };
@@ -427,7 +427,7 @@ export class DeliveryEngine {
         attempt: regular ? due + 1 : row.attempt,
         nextAttemptAtMs: null,
         lastError: null,
-        proof: delivered === 'local' ? this.ownReceipt(copy) : delivered,
+        proof: delivered === 'local' ? ownReceipt(this.deps, copy) : delivered,
       });
     } else if (!regular) {
       // An extra attempt (a peer came back): the regular schedule stays as it was.
@@ -477,18 +477,6 @@ export class DeliveryEngine {
       this.deps.log.debug('peer status check failed', { peer, err: String(err) });
       return null;
     }
-  }
-
-  /** This server's receipt for the recipient's copy it holds (a recipient on this server). */
-  private ownReceipt(copy: StoredCopy): DeliveryReceipt {
-    const sign = (text: string): string => this.deps.serverKey.sign(text);
-    return receiptFor(this.deps.config.serverLogin, sign, { ...copy, bytes: copy.blob });
-  }
-
-  /** ownReceipt of the stored incoming copy incomingKey, or null when it is not stored. */
-  private async localProof(incomingKey: string): Promise<DeliveryReceipt | null> {
-    const copy = await this.deps.store.messages.getCopy(incomingKey);
-    return copy ? this.ownReceipt(copy) : null;
   }
 
   private async finish(row: DeliveryRow, update: DeliveryUpdate): Promise<void> {

@@ -16,7 +16,10 @@ import {
 import { fromBase64, utf8 } from '../../protocol/bytes.js';
 import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
 import { inlineBulkVerifier } from '../crypto/verify-pool.js';
+import type { Config } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
+import type { ServerKey } from '../keys.js';
+import type { MessageStore, StoredCopy } from '../store/types.js';
 
 /** The stored copy a receipt names: its key, revision, when it was stored and its exact bytes. */
 export interface ReceiptCopy {
@@ -48,6 +51,38 @@ export function receiptFor(serverLogin: string, sign: (text: string) => string, 
     },
     sign,
   );
+}
+
+/** What signs this server's own receipts, and the copies it holds (a part of each storing service's deps). */
+export interface OwnReceiptDeps {
+  config: Pick<Config, 'serverLogin'>;
+  serverKey: Pick<ServerKey, 'sign'>;
+  store: { messages: Pick<MessageStore, 'getCopy'> };
+}
+
+/** receiptFor signed by this server: for a copy as a call stores it, or as it is stored (getCopy's row). */
+export function ownReceipt(deps: Omit<OwnReceiptDeps, 'store'>, c: ReceiptCopy | StoredCopy): DeliveryReceipt {
+  const copy = 'blob' in c ? { ...c, bytes: c.blob } : c;
+  return receiptFor(deps.config.serverLogin, (text) => deps.serverKey.sign(text), copy);
+}
+
+/**
+ * ownReceipt of the copy messageKey as it is stored now (its revision, bytes and storedAtMs); null when it is not
+ * stored, or when `revision` is given and the stored copy is another revision (it proves nothing for that one).
+ */
+export async function storedReceipt(
+  deps: OwnReceiptDeps,
+  messageKey: string,
+  revision?: { revisionTimeMs: number; reencryptedAtMs: number },
+): Promise<DeliveryReceipt | null> {
+  const stored = await deps.store.messages.getCopy(messageKey);
+  if (!stored) return null;
+  if (
+    revision &&
+    (stored.revisionTimeMs !== revision.revisionTimeMs || stored.reencryptedAtMs !== revision.reencryptedAtMs)
+  )
+    return null;
+  return ownReceipt(deps, stored);
 }
 
 /**

@@ -29,7 +29,7 @@ import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import type { Session, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
 import type { ServerKey } from '../keys.js';
-import { receiptFor } from '../delivery/receipts.js';
+import { ownReceipt, storedReceipt } from '../delivery/receipts.js';
 
 export interface DmDeps {
   config: Config;
@@ -211,8 +211,6 @@ export class DmService {
     if (recipientIsLocal && recipient !== sender)
       outbox.set(recipient, opts.from !== null && pair.recipientServers.includes(opts.from));
     const device = opts.senderSession?.deviceId;
-    // This server's own receipt (docs/protocol.md §13.1), for the incoming copy as this call stores it.
-    const sign = (text: string): string => this.deps.serverKey.sign(text);
     const incomingKey = messageKeyOf(pair.incoming);
     const result = await store.messages.storePair({
       incoming: pair.incoming,
@@ -225,7 +223,8 @@ export class DmService {
             attempt: 1,
             acceptedAtMs: now,
             nextAttemptAtMs: null,
-            proof: receiptFor(config.serverLogin, sign, { ...pair.incoming, messageKey: incomingKey, storedAtMs: now }),
+            // This server's own receipt (docs/protocol.md §13.1), for the incoming copy as this call stores it.
+            proof: ownReceipt(this.deps, { ...pair.incoming, messageKey: incomingKey, storedAtMs: now }),
           }
         : {
             state: 'accepted',
@@ -241,12 +240,10 @@ export class DmService {
     if (recipientIsLocal && fresh && !isNew(result.incoming)) {
       // The incoming copy was not stored by this call: it was there already (its own storedAtMs; a newer
       // revision proves nothing for this one), or a tombstone refused it (nothing to prove).
-      const stored =
-        result.incoming.outcome === 'unchanged' ? await store.messages.getCopy(result.incoming.messageKey) : null;
-      const same =
-        stored?.revisionTimeMs === pair.incoming.revisionTimeMs &&
-        stored.reencryptedAtMs === pair.incoming.reencryptedAtMs;
-      const proof = same ? receiptFor(config.serverLogin, sign, { ...stored, bytes: stored.blob }) : null;
+      const proof =
+        result.incoming.outcome === 'unchanged'
+          ? await storedReceipt(this.deps, result.incoming.messageKey, pair.incoming)
+          : null;
       await store.delivery.setDeliveryProof(result.outgoing.messageKey, pair.outgoing, proof);
     }
     this.publish(pair.outgoing, result.outgoing, opts.senderSession?.id);

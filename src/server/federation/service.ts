@@ -15,7 +15,7 @@ import type { Session } from '../sessions.js';
 import type { CopyResult, Store } from '../store/types.js';
 import type { Container } from '../../protocol/container.js';
 import type { DeliveryReceipt } from '../../protocol/receipt.js';
-import { receiptFor } from '../delivery/receipts.js';
+import { ownReceipt, storedReceipt } from '../delivery/receipts.js';
 import type { ServerKey } from '../keys.js';
 
 export interface FederationDeps {
@@ -140,16 +140,9 @@ export class FederationService {
    * tombstone refused.
    */
   private async receiptOf(copy: Container, result: CopyResult): Promise<DeliveryReceipt | null> {
-    const { config, serverKey, store } = this.deps;
-    const sign = (text: string): string => serverKey.sign(text);
-    if (result.outcome === 'inserted' || result.outcome === 'updated') {
-      const { revisionTimeMs, reencryptedAtMs } = copy;
-      const c = { messageKey: result.messageKey, revisionTimeMs, reencryptedAtMs, storedAtMs: result.storedAtMs };
-      return receiptFor(config.serverLogin, sign, { ...c, bytes: copy.bytes });
-    }
-    if (result.outcome !== 'unchanged') return null;
-    const stored = await store.messages.getCopy(result.messageKey);
-    return stored ? receiptFor(config.serverLogin, sign, { ...stored, bytes: stored.blob }) : null;
+    if (result.outcome === 'inserted' || result.outcome === 'updated')
+      return ownReceipt(this.deps, { ...copy, messageKey: result.messageKey, storedAtMs: result.storedAtMs });
+    return result.outcome === 'unchanged' ? storedReceipt(this.deps, result.messageKey) : null;
   }
 
   /** The whole pair from the sender's other access server; this server runs its own delivery for it. */
