@@ -21,7 +21,7 @@ import { connectRaw } from './raw-client.js';
 import type { TestUser } from './users.js';
 import { waitUntil } from './wait.js';
 import { metricSum } from './metrics.js';
-import { containerSha256B64, signReceipt } from '../../src/protocol/receipt.js';
+import { receiptFor } from '../../src/server/delivery/receipts.js';
 import { ManualClock } from '../../src/server/clock.js';
 import type { NetworkServerSpec, TestNetwork } from './network.js';
 import { startNetwork } from './network.js';
@@ -282,17 +282,8 @@ function standInAnswer(
   if (mode === 'none') return answer;
   const bytes = mode === 'otherHash' ? Uint8Array.from([...copy.bytes, 0]) : copy.bytes;
   const seed = mode === 'otherKey' ? new Uint8Array(randomBytes(32)) : identity.seed;
-  const receipt = signReceipt(
-    {
-      serverLogin: identity.serverLogin,
-      messageKey: messageKeyOf(copy),
-      revisionTimeMs: copy.revisionTimeMs,
-      reencryptedAtMs: copy.reencryptedAtMs,
-      storedAtMs: Date.now(),
-      containerSha256B64: containerSha256B64(bytes),
-    },
-    (text) => signText(text, seed),
-  );
+  const stored = { ...copy, messageKey: answer.messageKey, storedAtMs: Date.now(), bytes };
+  const receipt = receiptFor(identity.serverLogin, (text) => signText(text, seed), stored);
   return { ...answer, receipt };
 }
 
