@@ -226,6 +226,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       directory,
       fanout,
       verifier,
+      bulkVerifier,
       peers,
       sourceOf: (session, source) => federation.sourceOf(session, source),
       log,

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { decodeBase64With } from '../../protocol/blob.js';
 import type { Block } from '../../protocol/block.js';
-import { decodeBlock, verifyBlock } from '../../protocol/block.js';
+import { decodeBlock } from '../../protocol/block.js';
 import { toBase64, toHex } from '../../protocol/bytes.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import { eventFrame } from '../../protocol/envelope.js';
@@ -18,6 +18,8 @@ import { untilAborted } from '../background/queue.js';
 import type { Clock } from '../clock.js';
 import type { Fanout } from '../cluster/fanout.js';
 import type { Config } from '../config/config.js';
+import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
+import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import { ConfigError } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
@@ -35,6 +37,8 @@ export interface ChainDeps {
   directory: Pick<Directory, 'lookup'>;
   fanout: Pick<Fanout, 'sendToUser'>;
   verifier: SignatureVerifier;
+  /** The verify pool: a pulled page's signatures are checked in one call, off the event loop. */
+  bulkVerifier: BulkVerifier;
   peers: PeerCaller;
   /** The calling server of a server session (docs/protocol.md §5.4). */
   sourceOf(session: Session, sourceServerLogin: string | undefined): string | null;
@@ -81,6 +85,15 @@ export const blockInput = (block: Block): ChainBlockInput => ({
   timeMs: block.timeMs,
   bytes: block.bytes,
 });
+
+/** A block as checkSigned took it, or the error it threw for it. */
+type Checked = { input: ChainBlockInput } | { err: unknown };
+
+/** The checked block's input, or its error thrown: a page's bad block is refused where the caller meets it. */
+function accepted(c: Checked): ChainBlockInput {
+  if ('err' in c) throw c.err;
+  return c.input;
+}
 
 const headDetails = (head: ChainHead | null) => ({ headIndex: head?.index ?? -1, headHash: head?.hash ?? null });
 
@@ -267,14 +280,57 @@ export class ChainService {
 
   /** Signature by the login's key from the directory (an unknown user is imported), then the time bound. */
   private async checkSigned(block: Block): Promise<ChainBlockInput> {
-    const { directory, verifier, clock, config } = this.deps;
-    const owner = await directory.lookup(block.login);
-    if (!owner) throw new ShineError('USER_NOT_FOUND', `unknown user ${block.login}`);
-    if (!verifyBlock(block, owner.signKey, verifier)) {
-      throw new ShineError('BAD_SIGNATURE', "the block's signature does not verify with its login's key");
+    const [checked] = await this.checkBlocks([block], inlineBulkVerifier(this.deps.verifier));
+    return accepted(checked!);
+  }
+
+  /** checkSigned for a pulled page (base64 blocks): each decoded, every signature checked in one verify-pool call. */
+  private checkPage(blocksB64: readonly string[]): Promise<Checked[]> {
+    const blocks = blocksB64.map((b64): Block | { err: unknown } => {
+      try {
+        return decodeBlockB64(b64);
+      } catch (err) {
+        return { err };
+      }
+    });
+    return this.checkBlocks(blocks, this.deps.bulkVerifier);
+  }
+
+  /**
+   * checkSigned's checks for many blocks, in its order (owner, signature, time bound), with every signature going to
+   * `bulk` in one call; each owner is looked up once per call. Per block its input or the error checkSigned throws.
+   */
+  private async checkBlocks(blocks: readonly (Block | { err: unknown })[], bulk: BulkVerifier): Promise<Checked[]> {
+    const { directory, clock, config } = this.deps;
+    const out: Checked[] = [];
+    const jobs: VerifyJob[] = [];
+    const signed: { at: number; block: Block }[] = [];
+    const keys = new Map<string, Uint8Array | null>();
+    for (const block of blocks) {
+      try {
+        if ('err' in block) throw block.err;
+        if (!keys.has(block.login)) keys.set(block.login, (await directory.lookup(block.login))?.signKey ?? null);
+        const publicKey = keys.get(block.login);
+        if (!publicKey) throw new ShineError('USER_NOT_FOUND', `unknown user ${block.login}`);
+        jobs.push({ signature: block.signature, message: block.bytes.subarray(0, block.signedLength), publicKey });
+        signed.push({ at: out.length, block });
+        out.push({ err: null }); // set below, once the signature is checked
+      } catch (err) {
+        out.push({ err });
+      }
     }
-    if (block.timeMs > clock.now() + config.maxTimeSkewMs) throw new ShineError('BAD_TIME', 'timeMs is in the future');
-    return blockInput(block);
+    const verified = jobs.length > 0 ? await bulk.verifyMany(jobs) : [];
+    const now = clock.now();
+    signed.forEach(({ at, block }, k) => {
+      if (!verified[k])
+        out[at] = {
+          err: new ShineError('BAD_SIGNATURE', "the block's signature does not verify with its login's key"),
+        };
+      else if (block.timeMs > now + config.maxTimeSkewMs)
+        out[at] = { err: new ShineError('BAD_TIME', 'timeMs is in the future') };
+      else out[at] = { input: blockInput(block) };
+    });
+    return out;
   }
 
   /** Appends a block a partner holds; a stored one is pushed on to every other partner. */
@@ -490,9 +546,10 @@ export class ChainService {
           return pulled;
         }
       }
-      for (const item of page.items) {
-        if (signal.aborted || (ours && item.index <= ours.index)) continue;
-        const result = await this.appendFrom(await this.checkSigned(decodeBlockB64(item.blockB64)), partner, 'pull');
+      const fresh = page.items.filter((item) => !ours || item.index > ours.index);
+      for (const checked of await this.checkPage(fresh.map((item) => item.blockB64))) {
+        if (signal.aborted) break;
+        const result = await this.appendFrom(accepted(checked), partner, 'pull');
         if (result.link === 'stored') {
           pulled++;
           this.pulled.inc({ partner });
@@ -550,8 +607,8 @@ export class ChainService {
         fromIndex: from,
         limit: MAX_CHAIN_PAGE,
       });
-      for (const item of page.items) {
-        const input = await this.checkSigned(decodeBlockB64(item.blockB64));
+      for (const checked of await this.checkPage(page.items.map((item) => item.blockB64))) {
+        const input = accepted(checked);
         const prev = blocks.at(-1) ?? null;
         const link = chainLink(prev, input, null);
         if (input.login !== marker.login || link !== 'stored') {
