@@ -3,6 +3,7 @@
  * one chain_seq row, so appends are serialised and globalSeq grows in commit order across processes (decision 43).
  */
 import type pg from 'pg';
+import { chainUpserts } from '../chain-sql.js';
 import { chainLink, holdsIndex } from '../rules.js';
 import type { ChainBlockDbRow, ChainHeadDbRow } from '../rows.js';
 import { CHAIN_BLOCK_COLUMNS, CHAIN_HEAD_COLUMNS, chainBlockOf, chainHeadOf } from '../rows.js';
@@ -16,6 +17,8 @@ import type {
   ResyncMarker,
 } from '../types.js';
 import type { PgDb, Queryable } from './db.js';
+
+const UPSERT = chainUpserts((n) => `$${n}`);
 
 async function headIn(q: Queryable, login: string): Promise<ChainHead | null> {
   const r = await q.query<ChainHeadDbRow>(`SELECT ${CHAIN_HEAD_COLUMNS} FROM chain_heads WHERE login = $1`, [login]);
@@ -33,11 +36,7 @@ async function blockSeqIn(q: Queryable, login: string, index: number): Promise<{
 
 /** Takes the counter row's lock and the next n values; answers the last. */
 async function nextSeq(c: pg.ClientBase, n: number): Promise<number> {
-  const r = await c.query<{ value: number }>(
-    `INSERT INTO chain_seq (id, value) VALUES (1, $1)
-     ON CONFLICT (id) DO UPDATE SET value = chain_seq.value + excluded.value RETURNING value`,
-    [n],
-  );
+  const r = await c.query<{ value: number }>(UPSERT.nextSeq, [n]);
   return r.rows[0]!.value;
 }
 
@@ -61,12 +60,7 @@ async function insertBlocks(c: pg.ClientBase, blocks: readonly ChainBlockInput[]
 }
 
 async function setHead(c: pg.ClientBase, h: ChainHead): Promise<void> {
-  await c.query(
-    `INSERT INTO chain_heads (${CHAIN_HEAD_COLUMNS}) VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
-       time_ms = excluded.time_ms, global_seq = excluded.global_seq`,
-    [h.login, h.index, h.hash, h.timeMs, h.globalSeq],
-  );
+  await c.query(UPSERT.setHead, [h.login, h.index, h.hash, h.timeMs, h.globalSeq]);
 }
 
 const markerOf = (r: { login: string; source: string; started_at_ms: number }): ResyncMarker => ({
@@ -167,20 +161,11 @@ export class PgChainStore implements ChainStore {
   }
 
   async setPartnerCursor(partner: string, afterGlobalSeq: number): Promise<void> {
-    await this.db.query(
-      `INSERT INTO chain_partner_cursors (partner, after_global_seq) VALUES ($1, $2)
-       ON CONFLICT (partner) DO UPDATE SET after_global_seq = excluded.after_global_seq`,
-      [partner, afterGlobalSeq],
-    );
+    await this.db.query(UPSERT.setPartnerCursor, [partner, afterGlobalSeq]);
   }
 
   async ackPartner(ack: PartnerAck): Promise<void> {
-    await this.db.query(
-      `INSERT INTO chain_partner_acks (partner, login, head_index, head_hash, acked_at_ms) VALUES ($1, $2, $3, $4, $5)
-       ON CONFLICT (partner, login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
-         acked_at_ms = excluded.acked_at_ms WHERE excluded.head_index >= chain_partner_acks.head_index`,
-      [ack.partner, ack.login, ack.index, ack.hash, ack.ackedAtMs],
-    );
+    await this.db.query(UPSERT.ackPartner, [ack.partner, ack.login, ack.index, ack.hash, ack.ackedAtMs]);
   }
 
   async partnerAcks(login: string): Promise<PartnerAck[]> {

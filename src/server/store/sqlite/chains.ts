@@ -1,4 +1,5 @@
 /** User chains on SQLite (docs/protocol.md §14): appends and replacements under the one writer. */
+import { chainUpserts } from '../chain-sql.js';
 import { chainLink, holdsIndex } from '../rules.js';
 import type { ChainBlockDbRow, ChainHeadDbRow } from '../rows.js';
 import { CHAIN_BLOCK_COLUMNS, CHAIN_HEAD_COLUMNS, chainBlockOf, chainHeadOf } from '../rows.js';
@@ -12,6 +13,8 @@ import type {
   ResyncMarker,
 } from '../types.js';
 import { SqliteArea } from './db.js';
+
+const UPSERT = chainUpserts(() => '?');
 
 export class SqliteChainStore extends SqliteArea implements ChainStore {
   async head(login: string): Promise<ChainHead | null> {
@@ -43,12 +46,7 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
 
   /** The next globalSeq values: n of them, the last one answered. */
   private nextSeq(n: number): number {
-    return (
-      this.sql(
-        `INSERT INTO chain_seq (id, value) VALUES (1, ?)
-         ON CONFLICT (id) DO UPDATE SET value = chain_seq.value + excluded.value RETURNING value`,
-      ).get(n) as { value: number }
-    ).value;
+    return (this.sql(UPSERT.nextSeq).get(n) as { value: number }).value;
   }
 
   private insertBlock(b: ChainBlockInput, seq: number): void {
@@ -63,11 +61,7 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
   }
 
   private setHead(h: ChainHead): void {
-    this.sql(
-      `INSERT INTO chain_heads (${CHAIN_HEAD_COLUMNS}) VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
-         time_ms = excluded.time_ms, global_seq = excluded.global_seq`,
-    ).run(h.login, h.index, h.hash, h.timeMs, h.globalSeq);
+    this.sql(UPSERT.setHead).run(h.login, h.index, h.hash, h.timeMs, h.globalSeq);
   }
 
   append(block: ChainBlockInput): Promise<AppendBlockResult> {
@@ -145,20 +139,13 @@ export class SqliteChainStore extends SqliteArea implements ChainStore {
 
   setPartnerCursor(partner: string, afterGlobalSeq: number): Promise<void> {
     return this.db.write(() => {
-      this.sql(
-        `INSERT INTO chain_partner_cursors (partner, after_global_seq) VALUES (?, ?)
-         ON CONFLICT (partner) DO UPDATE SET after_global_seq = excluded.after_global_seq`,
-      ).run(partner, afterGlobalSeq);
+      this.sql(UPSERT.setPartnerCursor).run(partner, afterGlobalSeq);
     });
   }
 
   ackPartner(ack: PartnerAck): Promise<void> {
     return this.db.write(() => {
-      this.sql(
-        `INSERT INTO chain_partner_acks (partner, login, head_index, head_hash, acked_at_ms) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT (partner, login) DO UPDATE SET head_index = excluded.head_index, head_hash = excluded.head_hash,
-           acked_at_ms = excluded.acked_at_ms WHERE excluded.head_index >= chain_partner_acks.head_index`,
-      ).run(ack.partner, ack.login, ack.index, ack.hash, ack.ackedAtMs);
+      this.sql(UPSERT.ackPartner).run(ack.partner, ack.login, ack.index, ack.hash, ack.ackedAtMs);
     });
   }
 
