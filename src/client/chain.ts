@@ -102,22 +102,40 @@ export function walkChain(
   publicKey: Uint8Array,
   options: WalkOptions = {},
 ): ChainWalk {
+  const walked = walk(blocks, publicKey, options);
+  return { head: walked.blocks.at(-1) ?? options.after ?? null, problem: walked.problem };
+}
+
+/**
+ * walkChain's checks, and any `more` (a reason, or null) after the signature; `after: 'any'` takes the first block
+ * alone. Answers the blocks that passed, in order, and the first problem with its position in the list.
+ */
+function walk<R extends string = never>(
+  items: readonly (Block | Uint8Array | string)[],
+  publicKey: Uint8Array,
+  options: Omit<WalkOptions, 'after'> & { after?: Block | null | 'any' },
+  more?: (block: Block, position: number) => R | null,
+): { blocks: Block[]; problem: { position: number; reason: WalkProblem | R; detail?: string } | null } {
   const verifier = options.verifier ?? nobleVerifier;
+  const blocks: Block[] = [];
   let head = options.after ?? null;
-  for (const [position, item] of blocks.entries()) {
-    const fail = (reason: WalkProblem, detail?: string): ChainWalk => ({
-      head,
+  for (const [position, item] of items.entries()) {
+    const fail = (reason: WalkProblem | R, detail?: string) => ({
+      blocks,
       problem: detail === undefined ? { position, reason } : { position, reason, detail },
     });
     const block = decodeItem(item);
     if ('detail' in block) return fail('BAD_BLOCK', block.detail);
     if (options.login !== undefined && block.login !== options.login) return fail('LOGIN');
-    const problem = chainProblem(head, block);
+    const problem = head === 'any' ? null : chainProblem(head, block);
     if (problem) return fail(problem);
     if (!verifyBlock(block, publicKey, verifier)) return fail('BAD_SIGNATURE');
+    const reason = more?.(block, position) ?? null;
+    if (reason !== null) return fail(reason);
+    blocks.push(block);
     head = block;
   }
-  return { head, problem: null };
+  return { blocks, problem: null };
 }
 
 // ---- reading a chain from a server (GetChain pages) and following it (ChainEvent) ----
@@ -144,23 +162,40 @@ export interface VerifiedChain {
   problem: { index: number; reason: ChainReadProblem; detail?: string } | null;
 }
 
-/** What each check means, in words for a person (CLI, web client). */
-const READ_PROBLEM_WORDS: Record<ChainReadProblem, string> = {
-  BAD_BLOCK: 'does not decode as a SHiNE_BCH block',
-  BAD_SIGNATURE: "is not signed by the owner's key",
-  LOGIN: 'belongs to another login',
-  INDEX: 'is not at the next position',
-  PREV_HASH: "does not link to the block before it (prevHash is not that block's hash)",
-  TIME: 'is dated before the block before it',
-  ITEM_MISMATCH: 'is not the block the server said (index or hash differ)',
-  SHORT: 'is missing: the server named a head further on but sent no more blocks',
-  HEAD_MISMATCH: 'is not the head the server named',
-};
+/** How a problem is worded: whose key (default: the owner's), and the apostrophe (a display may want ’). */
+export interface ProblemWording {
+  owner?: string;
+  apostrophe?: string;
+}
+
+/**
+ * What a chain problem says of its block, in words for a person (CLI, web client): "is not signed by the owner's
+ * key", the decoder's detail in parentheses. Shown as it is, after "block 5 " or "it ".
+ */
+export function chainProblemWords(
+  problem: Pick<NonNullable<VerifiedChain['problem']>, 'reason' | 'detail'>,
+  wording: ProblemWording = {},
+): string {
+  const owner = wording.owner ?? 'the owner';
+  const s = `${wording.apostrophe ?? "'"}s`;
+  const words: Record<ChainReadProblem, string> = {
+    BAD_BLOCK: 'does not decode as a SHiNE_BCH block',
+    BAD_SIGNATURE: `is not signed by ${owner}${s} key`,
+    LOGIN: 'belongs to another login',
+    INDEX: 'is not at the next position',
+    PREV_HASH: `does not link to the block before it (prevHash is not that block${s} hash)`,
+    TIME: 'is dated before the block before it',
+    ITEM_MISMATCH: 'is not the block the server said (index or hash differ)',
+    SHORT: 'is missing: the server named a head further on but sent no more blocks',
+    HEAD_MISMATCH: 'is not the head the server named',
+  };
+  const detail = problem.detail === undefined ? '' : ` (${problem.detail})`;
+  return `${words[problem.reason]}${detail}`;
+}
 
 /** One sentence for a chain problem: "block 5 is not signed by the owner's key". */
 export function describeChainProblem(problem: NonNullable<VerifiedChain['problem']>): string {
-  const detail = problem.detail === undefined ? '' : ` (${problem.detail})`;
-  return `block ${problem.index} ${READ_PROBLEM_WORDS[problem.reason]}${detail}`;
+  return `block ${problem.index} ${chainProblemWords(problem)}`;
 }
 
 /**
@@ -175,21 +210,14 @@ export function checkChainItems(
   head: Block | null | 'any',
   verifier: SignatureVerifier = nobleVerifier,
 ): { blocks: Block[]; problem: VerifiedChain['problem'] } {
-  const blocks: Block[] = [];
-  for (const item of items) {
-    const fail = (reason: ChainReadProblem, detail?: string) => ({
-      blocks,
-      problem: detail === undefined ? { index: item.index, reason } : { index: item.index, reason, detail },
-    });
-    const block = decodeItem(item.blockB64);
-    if ('detail' in block) return fail('BAD_BLOCK', block.detail);
-    if (block.login !== login) return fail('LOGIN');
-    const problem = head === 'any' ? null : chainProblem(head, block);
-    if (problem) return fail(problem);
-    if (!verifyBlock(block, publicKey, verifier)) return fail('BAD_SIGNATURE');
-    if (block.index !== item.index || blockHash(block) !== item.blockHash) return fail('ITEM_MISMATCH');
-    blocks.push(block);
-    head = block;
-  }
-  return { blocks, problem: null };
+  const { blocks, problem } = walk(
+    items.map((item) => item.blockB64),
+    publicKey,
+    { after: head, login, verifier },
+    (block, k): 'ITEM_MISMATCH' | null =>
+      block.index !== items[k]!.index || blockHash(block) !== items[k]!.blockHash ? 'ITEM_MISMATCH' : null,
+  );
+  if (!problem) return { blocks, problem: null };
+  const { position, ...why } = problem;
+  return { blocks, problem: { index: items[position]!.index, ...why } };
 }
