@@ -507,10 +507,7 @@ export class Messenger {
   async openLog(login: string = this.login): Promise<void> {
     const log = emptyLog(login, login === this.login);
     this.set({ log, chat: null });
-    await this.changeLog(login, async (client, open) => {
-      const chain = await client.getChain(login);
-      return withBlocks({ ...open, entries: [], head: null }, chain.blocks, chain.problem);
-    });
+    await this.changeLog(login, (client, open) => readLog(client, open, true));
   }
 
   closeLog(): void {
@@ -521,11 +518,7 @@ export class Messenger {
   async refreshLog(): Promise<void> {
     const login = this.state.log?.login;
     if (!login) return;
-    await this.changeLog(login, async (client, open) => {
-      const fresh = open.problem !== null;
-      const chain = await client.getChain(login, fresh || !open.head ? {} : { after: open.head });
-      return withBlocks(fresh ? { ...open, entries: [], head: null } : open, chain.blocks, chain.problem);
-    });
+    await this.changeLog(login, (client, open) => readLog(client, open, open.problem !== null));
   }
 
   /** Posts text (kind 1) to the own log; the block is checked like any other before it is shown. */
@@ -544,10 +537,7 @@ export class Messenger {
     void this.changeLog(item.login, async (client, open) => {
       const next = (open.head?.index ?? -1) + 1;
       if (open.problem || item.index < next) return open;
-      if (item.index > next) {
-        const chain = await client.getChain(open.login, open.head ? { after: open.head } : {});
-        return withBlocks(open, chain.blocks, chain.problem);
-      }
+      if (item.index > next) return readLog(client, open, false);
       const checked = await client.checkChainItems(open.login, [item], open.head);
       return withBlocks(open, checked.blocks, checked.problem);
     }).catch((err: unknown) => this.set({ notice: describeError(err) }));
@@ -612,3 +602,10 @@ export class Messenger {
 }
 
 export type { ChatMessage };
+
+/** The open log with the blocks after its verified head read in (from the start when fromStart), each verified. */
+async function readLog(client: ShineClient, open: OpenLog, fromStart: boolean): Promise<OpenLog> {
+  const base = fromStart ? { ...open, entries: [], head: null } : open;
+  const chain = await client.getChain(open.login, base.head ? { after: base.head } : {});
+  return withBlocks(base, chain.blocks, chain.problem);
+}

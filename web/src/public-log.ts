@@ -3,7 +3,7 @@
  * Every block shown was verified in this browser with the user's key (the SDK's getChain / checkChainItems).
  */
 import type { Block, VerifiedChain } from '../../src/client/index.js';
-import { TEXT_POST_KIND, blockHash, describeChainProblem } from '../../src/client/index.js';
+import { TEXT_POST_KIND, blockHash, chainProblemWords } from '../../src/client/index.js';
 import { strictUtf8 } from '../../src/protocol/bytes.js';
 
 /** One verified block as the list shows it. */
@@ -63,10 +63,7 @@ export function withBlocks(log: OpenLog, blocks: readonly Block[], problem: Veri
 
 /** "Block 3 failed verification: it is not signed by alice's key. …" — what the alert says. */
 export function problemSentence(login: string, problem: NonNullable<VerifiedChain['problem']>): string {
-  const what = describeChainProblem(problem)
-    .replace(/^block \d+ /, '')
-    .replace("the owner's key", `${login}’s key`)
-    .replace("block's", 'block’s');
+  const what = chainProblemWords(problem, { owner: login, apostrophe: '’' });
   return `Block ${problem.index} failed verification: it ${what}. It and the blocks after it are not shown.`;
 }
 
