@@ -520,7 +520,8 @@ export class ChainService {
   /**
    * Brings login's chain up to the partner's head (theirs: from GetChainHeads, or null to ask): nothing when we hold
    * it already, a divergence when the partner's block at one of our indexes has another hash, else the tail pulled
-   * with GetChain and appended block by block, each verified. Answers the blocks stored.
+   * with GetChain (each page's signatures checked in one verify-pool call) and appended block by block. Answers the
+   * blocks stored.
    */
   private async catchUp(
     partner: string,
