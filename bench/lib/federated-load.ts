@@ -153,6 +153,20 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   try {
     const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
     const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
+    // Signing and encryption are the clients' work: all done before the clocks start, and before the
+    // senders connect (building many pairs blocks this process longer than the servers wait for a pong).
+    const base = Date.now() - 60_000;
+    const build = (i: number, k: number): BuiltPair =>
+      textPair(
+        senders[i]!,
+        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
+        `message ${k} from alice${i}`,
+        { timeMs: base + k },
+      );
+    const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
+    const total = RATE * SECONDS;
+    const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
+
     for (const bob of recipients) clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bench'));
     for (const c of clients.splice(0)) await c.close();
     for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
@@ -163,18 +177,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     // Warm-up: A imports each bob's profile, B each alice's, and the server-to-server socket opens.
     await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
 
-    // Signing and encryption are the clients' work: done before each clock starts.
-    const base = Date.now() - 60_000;
-    const build = (i: number, k: number): BuiltPair =>
-      textPair(
-        senders[i]!,
-        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
-        `message ${k} from alice${i}`,
-        { timeMs: base + k },
-      );
-
     // 1. Throughput until delivered.
-    const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
     let cpu0 = servers.map((s) => s.cpuMs());
     const commits0 = await Promise.all(servers.map(commitStats));
     let t0 = performance.now();
@@ -211,8 +214,6 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     };
 
     // 2. Latency at a fixed rate, round-robin over the senders.
-    const total = RATE * SECONDS;
-    const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
     tracker = new Tracker();
     cpu0 = servers.map((s) => s.cpuMs());
     t0 = performance.now();

@@ -22,7 +22,7 @@ import type { TestNetwork } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { connectRaw } from '../helpers/raw-client.js';
-import { TEST_DB_POOL_SIZE, freshTestDb } from '../helpers/test-db.js';
+import { TEST_DB_POOL_SIZE, freshTestDb, queryServerDb } from '../helpers/test-db.js';
 import type { TestUser } from '../helpers/users.js';
 import { assertSessionWorks, connectUser, login, makeUser, profileFor } from '../helpers/users.js';
 
@@ -340,6 +340,21 @@ describe('directory: AuthChallenge and AuthLogin', () => {
     assert.equal(record?.source, 'static');
     assert.deepEqual(record?.descriptor, betaDescriptor);
     assert.equal((await server.ctx.directory.lookupServer('alpha'))?.source, 'self');
+  });
+
+  it('sees a descriptor another process pinned in the shared database within the cache’s 10 s', async () => {
+    const moved = signDescriptor({ ...betaDescriptor, wsUrl: 'ws://beta-moved.invalid:9/ws' }, betaSeed);
+    assert.deepEqual((await server.ctx.directory.lookupServer('beta'))?.descriptor, betaDescriptor);
+    await queryServerDb(server, 'UPDATE servers SET ws_url = ?, descriptor_json = ? WHERE server_login = ?', [
+      moved.wsUrl,
+      JSON.stringify(moved),
+      'beta',
+    ]);
+    // Cached: each delivery's receipt check asks for its signer's key, so the read is not repeated.
+    assert.deepEqual((await server.ctx.directory.lookupServer('beta'))?.descriptor, betaDescriptor);
+    clock.advance(10_001);
+    assert.deepEqual((await server.ctx.directory.lookupServer('beta'))?.descriptor, moved);
+    assert.deepEqual(await server.ctx.directory.pinnedServer('beta'), moved);
   });
 });
 

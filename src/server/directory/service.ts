@@ -59,6 +59,8 @@ const MISS_TTL_MS = 30_000;
 
 export class Directory {
   private readonly cache = new Map<string, { entry: DirectoryEntry; cachedAtMs: number }>();
+  /** Pinned descriptors (each delivery's receipt check asks for its signer's), same TTL as users. */
+  private readonly servers = new Map<string, { record: ServerRecord; cachedAtMs: number }>();
   private readonly profileLock = new KeyedMutex();
   private self: ServerDescriptor | null = null;
   private readonly misses = new Map<string, number>();
@@ -76,7 +78,7 @@ export class Directory {
 
   /** Publishes this server's descriptor to its own table and loads the static directory file, if any. */
   async start(): Promise<void> {
-    await this.deps.store.directory.putServer(this.selfDescriptor(), 'self');
+    await this.pinServer(this.selfDescriptor(), 'self');
     if (this.deps.config.directoryFile) await this.loadStaticFile(this.deps.config.directoryFile);
   }
 
@@ -313,7 +315,26 @@ export class Directory {
    * network, so any socket may ask (GetServerDescriptor, docs/protocol.md §13.1).
    */
   async pinnedServer(serverLogin: string): Promise<ServerDescriptor | null> {
-    return (await this.deps.store.directory.getServer(serverLogin))?.descriptor ?? null;
+    return (await this.storedServer(serverLogin))?.descriptor ?? null;
+  }
+
+  /** The stored descriptor of serverLogin, from the cache while it is fresh; an absent one is not cached. */
+  private async storedServer(serverLogin: string): Promise<ServerRecord | null> {
+    const now = this.deps.clock.now();
+    const hit = this.servers.get(serverLogin);
+    if (hit && now - hit.cachedAtMs < CACHE_TTL_MS) return hit.record;
+    const record = await this.deps.store.directory.getServer(serverLogin);
+    if (!record) this.servers.delete(serverLogin);
+    else {
+      if (this.servers.size >= CACHE_LIMIT) this.servers.clear();
+      this.servers.set(serverLogin, { record, cachedAtMs: now });
+    }
+    return record;
+  }
+
+  private async pinServer(d: ServerDescriptor, source: ServerRecord['source']): Promise<void> {
+    await this.deps.store.directory.putServer(d, source);
+    this.servers.delete(d.serverLogin);
   }
 
   /**
@@ -321,7 +342,7 @@ export class Directory {
    * fetched from its /.well-known/shine-server and pinned on first use.
    */
   async lookupServer(serverLogin: string): Promise<ServerRecord | null> {
-    const known = await this.deps.store.directory.getServer(serverLogin);
+    const known = await this.storedServer(serverLogin);
     if (known) return known;
     const peer = this.deps.config.peers.find((p) => p.serverLogin === serverLogin);
     if (!peer) return null;
@@ -337,7 +358,7 @@ export class Directory {
       const descriptor = d as ServerDescriptor;
       if (descriptor.serverLogin !== serverLogin) throw new Error(`descriptor names ${descriptor.serverLogin}`);
       if (!verifyDescriptor(descriptor, this.deps.verifier)) throw new Error('descriptor signature does not verify');
-      await this.deps.store.directory.putServer({ ...descriptor }, 'peer');
+      await this.pinServer({ ...descriptor }, 'peer');
       this.deps.log.info('peer descriptor pinned', { serverLogin, wsUrl: descriptor.wsUrl });
       return { descriptor, source: 'peer' };
     } catch (err) {
@@ -415,7 +436,7 @@ export class Directory {
           this.deps.log.warn('directory file lists this server with another key; ignored', { path });
         continue;
       }
-      await this.deps.store.directory.putServer(d, 'static');
+      await this.pinServer(d, 'static');
     }
     let stored = 0;
     for (const profile of profiles) {
