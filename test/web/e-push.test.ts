@@ -55,35 +55,41 @@ async function deliverPush(context: BrowserContext, origin: string, payload: str
 }
 
 /**
- * The notifications the service worker of context shows now. A worker stopped while idle is a closed
- * handle and the one the push woke is a new one, so the newest that answers counts.
+ * A page of origin outside the client (the server answers 404 there, so no app and no session runs)
+ * that reads the notifications its service worker registration shows now. Read through the
+ * registration rather than through a worker handle: a worker stopped while idle leaves a closed handle,
+ * and the one a push wakes is not always listed by the context.
  */
-async function notificationsOf(context: BrowserContext): Promise<Shown[]> {
-  for (const worker of context.serviceWorkers().reverse()) {
-    try {
-      return await worker.evaluate(async () => {
-        const reg = (self as unknown as { registration: ServiceWorkerRegistration }).registration;
-        return (await reg.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag }));
-      });
-    } catch {
-      // That worker has stopped; try the next.
-    }
-  }
-  return [];
+async function notificationProbe(context: BrowserContext, origin: string) {
+  const page = await context.newPage();
+  await page.goto(`${origin}/notification-probe`);
+  return {
+    shown: (): Promise<Shown[]> =>
+      page.evaluate(async () => {
+        const reg = await navigator.serviceWorker.getRegistration();
+        return reg ? (await reg.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag })) : [];
+      }),
+    close: () => page.close(),
+  };
 }
 
-/** Waits until bob's worker shows a notification titled title; returns it. */
-async function waitForNotification(context: BrowserContext, title: string): Promise<Shown> {
-  let found: Shown | undefined;
-  await waitUntil(
-    async () => {
-      found = (await notificationsOf(context)).find((n) => n.title === title);
-      return found !== undefined;
-    },
-    15_000,
-    `notification "${title}"`,
-  );
-  return found!;
+/** Waits until the worker of origin in context shows a notification titled title; returns it. */
+async function waitForNotification(context: BrowserContext, origin: string, title: string): Promise<Shown> {
+  const probe = await notificationProbe(context, origin);
+  try {
+    let found: Shown | undefined;
+    await waitUntil(
+      async () => {
+        found = (await probe.shown()).find((n) => n.title === title);
+        return found !== undefined;
+      },
+      15_000,
+      `notification "${title}"`,
+    );
+    return found!;
+  } finally {
+    await probe.close();
+  }
 }
 
 browserSuite(
@@ -163,11 +169,13 @@ browserSuite(
         const bobOrigin = new URL(bob.url()).origin;
         await bob.close();
         await deliverPush(bobContext, bobOrigin, dm);
-        const shownDm = await waitForNotification(bobContext, 'New message from alice');
+        const shownDm = await waitForNotification(bobContext, bobOrigin, 'New message from alice');
         assert.equal(shownDm.body, '', 'who wrote, never what');
         await deliverPush(bobContext, bobOrigin, call);
-        await waitForNotification(bobContext, 'Incoming call from alice');
-        for (const n of await notificationsOf(bobContext)) assert.ok(!JSON.stringify(n).includes('secret'));
+        await waitForNotification(bobContext, bobOrigin, 'Incoming call from alice');
+        const probe = await notificationProbe(bobContext, bobOrigin);
+        for (const n of await probe.shown()) assert.ok(!JSON.stringify(n).includes('secret'));
+        await probe.close();
       });
     });
   },
