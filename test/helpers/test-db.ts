@@ -23,6 +23,13 @@ export type TestDbKind = 'sqlite' | 'postgres';
 
 export const testDbKind = (): TestDbKind => (process.env.SHINE_TEST_DB === 'postgres' ? 'postgres' : 'sqlite');
 
+/**
+ * How many tests of a suite that starts a network per test run at once: all on SQLite; three on
+ * PostgreSQL, where each server holds pooled connections and a dozen networks at once (two files run
+ * side by side) came near the server's max_connections and slowed first attempts past their wait.
+ */
+export const suiteConcurrency = (): number | true => (testDbKind() === 'postgres' ? 3 : true);
+
 const adminUrl = (): string => process.env.SHINE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 /**

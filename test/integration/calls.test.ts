@@ -26,6 +26,7 @@ import { startNetwork } from '../helpers/network.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { assertSessionWorks, connectUser, makeUser } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
+import { suiteConcurrency } from '../helpers/test-db.js';
 
 const server = (serverLogin: string, extra: NetworkServerSpec = {}): NetworkServerSpec => ({
   serverLogin,
@@ -91,7 +92,7 @@ async function playCall(a: RawClient, b: RawClient): Promise<void> {
   }
 }
 
-describe('calls (docs/protocol.md §5.6)', { concurrency: true }, () => {
+describe('calls (docs/protocol.md §5.6)', { concurrency: suiteConcurrency() }, () => {
   it('one server: an invite rings every session of the callee; every signal kind reaches the other side; the sender’s other sessions see answer, reject and hangup; the sending session no echo', async () => {
     await using net = await startNetwork({ servers: [server('alpha')] });
     const { wsUrl } = net.servers[0]!;

@@ -22,8 +22,9 @@ import { adminSync, metric } from '../helpers/federation.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
+import { suiteConcurrency } from '../helpers/test-db.js';
 
-describe('user chains between partners', { concurrency: true }, () => {
+describe('user chains between partners', { concurrency: suiteConcurrency() }, () => {
   it('b) gamma down while 200 blocks are added, back up: it catches up by backfill within one cycle, no gap left', async () => {
     await using net = await startNetwork({ federate: true, servers: partners(['alpha', 'beta', 'gamma']) });
     const [alpha, , gamma] = net.servers as [RunningServer, RunningServer, RunningServer];

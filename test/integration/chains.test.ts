@@ -18,8 +18,9 @@ import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 import { ConfigError } from '../../src/server/config/config.js';
+import { suiteConcurrency } from '../helpers/test-db.js';
 
-describe('user chains on one server', { concurrency: true }, () => {
+describe('user chains on one server', { concurrency: suiteConcurrency() }, () => {
   it('AddBlock appends with a growing globalSeq, GetChain pages it, ChainEvent reaches the other session; the same block again is a success; CHAIN_CONFLICT names the head', async () => {
     await using net = await startNetwork({ servers: [fastServer('alpha')] });
     const alpha = net.servers[0]!;

@@ -35,12 +35,13 @@ import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
+import { suiteConcurrency } from '../helpers/test-db.js';
 
 const server = fastServer;
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
 const SLOW_SECOND_ATTEMPT: NetworkServerSpec = { retryScheduleMs: '0,60000,120000,180000,240000' };
 
-describe('federation: delivery to the recipient’s access servers', { concurrency: true }, () => {
+describe('federation: delivery to the recipient’s access servers', { concurrency: suiteConcurrency() }, () => {
   it('a) alice@alpha → bob@beta: delivered in the answer; bob’s open session gets the message (SDK end to end)', async () => {
     // Attempt 2 is far off: a slow first contact (ServerAuth both ways, profile imports) cannot meet it.
     await using net = await startNetwork({

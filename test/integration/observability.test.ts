@@ -18,6 +18,7 @@ import type { TestUser } from '../helpers/users.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 import { makeSubscriptionKeys, startPushEndpoint } from '../helpers/push-endpoint.js';
 import { waitUntil } from '../helpers/wait.js';
+import { suiteConcurrency } from '../helpers/test-db.js';
 
 /** The value of the one sample of `name` whose labels are exactly `labels` (0 when absent). */
 function valueOf(families: Map<string, MetricFamily>, name: string, labels: Record<string, string> = {}): number {
@@ -29,7 +30,7 @@ function valueOf(families: Map<string, MetricFamily>, name: string, labels: Reco
   return 0;
 }
 
-describe('observability: /metrics and logs', { concurrency: true }, () => {
+describe('observability: /metrics and logs', { concurrency: suiteConcurrency() }, () => {
   it('/metrics is strict Prometheus text; ops are counted per server exactly; process metrics are there', async () => {
     await using net = await startNetwork({ servers: [{ serverLogin: 'alpha' }, { serverLogin: 'beta' }] });
     const [alpha, beta] = [net.servers[0]!, net.servers[1]!];

@@ -34,7 +34,7 @@ import {
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { pairOf, seedFor } from '../helpers/replication.js';
-import { queryServerDb } from '../helpers/test-db.js';
+import { queryServerDb, suiteConcurrency } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 const server = fastServer;
@@ -61,7 +61,7 @@ async function assertProof(
   assert.ok(verifyReceipt(proof, (await descriptorOf(on, signer)).signKeyB64), 'the proof verifies');
 }
 
-describe('verifiable delivery (§13.1)', { concurrency: true }, () => {
+describe('verifiable delivery (§13.1)', { concurrency: suiteConcurrency() }, () => {
   it('a) a recipient server that answers 2xx without a valid receipt: the row stays accepted and ends failed (BAD_RECEIPT); a valid one delivers', async () => {
     await using peer = await startHoldingPeer('bravo');
     peer.autoAnswer = true;
