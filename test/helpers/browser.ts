@@ -8,6 +8,9 @@ import { join } from 'node:path';
 import { after, before, describe } from 'node:test';
 import type { Browser, BrowserContext, BrowserContextOptions, Locator, Page } from 'playwright-core';
 import { chromium } from 'playwright-core';
+import type { ShineClient } from '../../src/client/index.js';
+import { createIdentity as createKeys } from '../../src/client/index.js';
+import { connectIdentity } from './federated-processes.js';
 import type { NetworkServerSpec, TestNetwork } from './network.js';
 import { startNetwork } from './network.js';
 import { ensureWebBuilt } from './web-build.js';
@@ -160,6 +163,8 @@ export interface AliceAndBob {
   freshPage(url: string): Promise<Page>;
   urlA: string;
   shot: (page: Page, step: string) => Promise<void>;
+  /** An SDK user in Node (fresh keys), registered and logged in on server 0 (alpha) or 1 (beta). */
+  sdkUser(login: string, server: 0 | 1, deviceId: string): Promise<ShineClient>;
 }
 
 /**
@@ -190,7 +195,14 @@ export async function aliceAndBob(
     await shot(alice, 'alice-welcome');
     await createIdentity(alice, 'alice');
     await createIdentity(bob, 'bob');
-    await test({ net, alice, bob, freshPage, urlA, shot });
+    const sdkUser = (login: string, server: 0 | 1, deviceId: string): Promise<ShineClient> =>
+      connectIdentity(
+        `ws://127.0.0.1:${net.servers[server]!.port}/ws`,
+        createKeys(login),
+        [net.servers[server]!.config.serverLogin],
+        deviceId,
+      );
+    await test({ net, alice, bob, freshPage, urlA, shot, sdkUser });
     const seen = problems.flat();
     if (seen.length > 0) throw new Error(`the client misbehaved:\n${seen.join('\n')}`);
   } finally {

@@ -22,19 +22,35 @@ import {
 import { queryServerDb } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
+/**
+ * alice on alpha1 and alpha2, both known to each; `others` registered on alpha1; alice's session on
+ * alpha1 open. Disposing it closes the session and the network.
+ */
+async function aliceOnTwoReplicas(others: string[]) {
+  const net = await startNetwork({
+    federate: true,
+    servers: [replicationServer('alpha1'), replicationServer('alpha2')],
+  });
+  const [a1, a2] = [net.servers[0]!, net.servers[1]!];
+  const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
+  const aliceA1 = await connectUser(a1.wsUrl, alice, 'alice-a1');
+  for (const login of others) await (await connectUser(a1.wsUrl, makeUser(login, ['alpha1'], seedFor(login)))).close();
+  await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
+  return {
+    a1,
+    a2,
+    aliceA1,
+    async [Symbol.asyncDispose]() {
+      await aliceA1.close();
+      await net.close();
+    },
+  };
+}
+
 describe('replication: rows the owner does not own, or that do not verify', () => {
   it('are skipped and left unacked; the rest of the page is stored', async () => {
-    await using net = await startNetwork({
-      federate: true,
-      servers: [replicationServer('alpha1'), replicationServer('alpha2')],
-    });
-    const [a1, a2] = [net.servers[0]!, net.servers[1]!];
-    const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
-    const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
-    const dave = makeUser('dave', ['alpha1'], seedFor('dave'));
-    await using aliceA1 = await connectUser(a1.wsUrl, alice, 'alice-a1');
-    for (const u of [carol, dave]) await (await connectUser(a1.wsUrl, u)).close();
-    await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
+    await using net = await aliceOnTwoReplicas(['carol', 'dave']);
+    const { a1, a2, aliceA1 } = net;
 
     const t = Date.now() - 10_000;
     const good = [1, 2, 3].map((nonce) => pairOf({ from: 'alice', to: 'carol', timeMs: t + nonce, nonce }));
@@ -82,16 +98,8 @@ describe('replication: rows the owner does not own, or that do not verify', () =
   it('a pair that does not verify is refused even when the peer says delivered with a valid proof', async () => {
     // The page's delivery status is asked, and its proofs checked, while its signatures are checked
     // (docs/protocol.md §7): a proof of a row refused for its signature must not bring the row in.
-    await using net = await startNetwork({
-      federate: true,
-      servers: [replicationServer('alpha1'), replicationServer('alpha2')],
-    });
-    const [a1, a2] = [net.servers[0]!, net.servers[1]!];
-    const alice = makeUser('alice', ['alpha1', 'alpha2'], seedFor('alice'));
-    const carol = makeUser('carol', ['alpha1'], seedFor('carol'));
-    await using aliceA1 = await connectUser(a1.wsUrl, alice, 'alice-a1');
-    await (await connectUser(a1.wsUrl, carol)).close();
-    await (await connectUser(a2.wsUrl, alice, 'alice-a2')).close();
+    await using net = await aliceOnTwoReplicas(['carol']);
+    const { a1, a2, aliceA1 } = net;
 
     const t = Date.now() - 10_000;
     const good = pairOf({ from: 'alice', to: 'carol', timeMs: t, nonce: 1 });

@@ -19,10 +19,8 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import type { BrowserContext } from 'playwright-core';
-import { createIdentity as createKeys } from '../../src/client/index.js';
 import type { PushSubscriptionHealth } from '../../src/server/push/service.js';
 import { FAKE_MEDIA_ARGS, aliceAndBob, browserSuite, send, startChat } from '../helpers/browser.js';
-import { connectIdentity } from '../helpers/federated-processes.js';
 import { decryptPush, makeSubscriptionKeys, startPushEndpoint } from '../helpers/push-endpoint.js';
 import { waitUntil } from '../helpers/wait.js';
 
@@ -99,7 +97,7 @@ browserSuite(
       await using endpoint = await startPushEndpoint();
       const servers = { webPushAllowInsecure: '1', adminToken: ADMIN };
       const context = { permissions: ['notifications', 'microphone'] };
-      await aliceAndBob(browser(), 'e-push', { servers, context }, async ({ net, alice, bob, shot }) => {
+      await aliceAndBob(browser(), 'e-push', { servers, context }, async ({ net, alice, bob, shot, sdkUser }) => {
         const betaHttp = `http://127.0.0.1:${net.servers[1]!.port}`;
         const debugPush = async (owner: string) => {
           const res = await fetch(`${betaHttp}/debug/push?owner=${owner}`, {
@@ -125,12 +123,7 @@ browserSuite(
 
         // The server side: carol's device subscribes and goes away; alice writes and calls.
         const keys = makeSubscriptionKeys();
-        const carol = await connectIdentity(
-          `ws://127.0.0.1:${net.servers[1]!.port}/ws`,
-          createKeys('carol'),
-          ['beta'],
-          'phone',
-        );
+        const carol = await sdkUser('carol', 1, 'phone');
         try {
           const vapid = await carol.webPushKey();
           assert.match(vapid, /^[A-Za-z0-9_-]{87}$/);

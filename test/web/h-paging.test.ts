@@ -5,21 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { createIdentity as createKeys } from '../../src/client/index.js';
 import { aliceAndBob, browserSuite, messageWith, messagesOf, openConversation } from '../helpers/browser.js';
-import { connectIdentity } from '../helpers/federated-processes.js';
 
 const COUNT = 45; // one page is 30
 
 browserSuite('web client (h)', (browser) => {
   it('shows unread counts and loads older history while scrolling up', () =>
-    aliceAndBob(browser(), 'h-paging', {}, async ({ net, alice, shot }) => {
-      const carol = await connectIdentity(
-        `ws://127.0.0.1:${net.servers[0]!.port}/ws`,
-        createKeys('carol'),
-        ['alpha'],
-        'node-1',
-      );
+    aliceAndBob(browser(), 'h-paging', {}, async ({ alice, shot, sdkUser }) => {
+      const carol = await sdkUser('carol', 0, 'node-1');
       try {
         for (let i = 0; i < COUNT; i++) await carol.sendText('alice', `note ${i}`);
       } finally {

@@ -10,10 +10,9 @@ import { readFile } from 'node:fs/promises';
 import { it } from 'node:test';
 import type { Locator, Page } from 'playwright-core';
 import WebSocket from 'ws';
-import { ShineClient, createIdentity as createKeys } from '../../src/client/index.js';
+import { ShineClient } from '../../src/client/index.js';
 import { utf8 } from '../../src/protocol/bytes.js';
 import { aliceAndBob, browserSuite, startChat } from '../helpers/browser.js';
-import { connectIdentity } from '../helpers/federated-processes.js';
 import { waitUntil } from '../helpers/wait.js';
 import { damageChainBlock } from '../helpers/chain-damage.js';
 
@@ -40,7 +39,7 @@ browserSuite('web client (j)', (browser) => {
       browser(),
       'j-public-log',
       { servers: partners },
-      async ({ net, alice, bob, freshPage, urlA, shot }) => {
+      async ({ net, alice, bob, freshPage, urlA, shot, sdkUser }) => {
         // alice's own log: empty at first, then two posts, each verified.
         await alice.getByRole('button', { name: 'My public log', exact: true }).click();
         await alice.getByRole('region', { name: 'Public log of alice', exact: true }).waitFor();
@@ -105,12 +104,7 @@ browserSuite('web client (j)', (browser) => {
         await shot(bob, 'bob-reads-alices-log-on-beta');
 
         // carol (an SDK user in Node, on alpha) keeps a log; alice opens it from the chat with carol.
-        const carol = await connectIdentity(
-          `ws://127.0.0.1:${net.servers[0]!.port}/ws`,
-          createKeys('carol'),
-          ['alpha'],
-          'node-1',
-        );
+        const carol = await sdkUser('carol', 0, 'node-1');
         try {
           await carol.addBlock(1, utf8('carol: genesis'));
           await carol.addBlock(42, new Uint8Array([1, 2, 3]));
