@@ -27,7 +27,7 @@ import {
   syncNow,
 } from '../helpers/replication.js';
 import { assertError } from '../helpers/assert.js';
-import { queryTestDb, testDbKind } from '../helpers/test-db.js';
+import { queryTestDb } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
 
 const repair = (httpUrl: string, owner?: string) =>
@@ -170,67 +170,64 @@ describe('anti-entropy: a replica restored from an old backup is repaired', () =
     assert.equal(await metricValue(srv(B2).httpUrl, 'repair_differences_total'), summary.differences);
   });
 
-  it(
-    'd) two equal histories of 100 000 copies (SQLite): one round trip, no blob read',
-    { timeout: 300_000 },
-    async () => {
-      // 100 000 on SQLite; the PostgreSQL pass writes its stores a transaction per pair, so a fifth of that.
-      const COPIES = Number(process.env.ANTI_ENTROPY_COPIES ?? (testDbKind() === 'postgres' ? 20_000 : 100_000));
-      await using net = await startNetwork({
-        federate: true,
-        servers: [
-          replicationServer('carol1', { syncOnReturnMs: 600_000 }),
-          replicationServer('carol2', { syncOnReturnMs: 600_000 }),
-        ],
-      });
-      const carol = makeUser('carol', ['carol1', 'carol2'], seedFor('carol'));
-      await (await connectUser(net.servers[0]!.wsUrl, carol, 'c1')).close();
-      await (await connectUser(net.servers[1]!.wsUrl, carol, 'c2')).close();
-      // The same pairs written straight into both stores (each pair is two copies of carol's outbox row).
-      const base = Date.now() - 3_600_000 - COPIES;
-      const outbox = { owners: new Map([['carol', true]]) };
-      const WINDOW = 2048;
-      for (let start = 0; start < COPIES / 2; start += WINDOW) {
-        const pairs = Array.from({ length: Math.min(WINDOW, COPIES / 2 - start) }, (_, i) =>
-          pairOf({ from: 'carol', to: 'dave', timeMs: base + 2 * (start + i), nonce: start + i }),
-        );
-        await Promise.all(
-          net.servers.flatMap((s) =>
-            pairs.map((p) =>
-              s.ctx.store.messages.storePair({
-                incoming: p.incoming,
-                outgoing: p.outgoing,
-                nowMs: base,
-                outbox,
-                delivery: null,
-              }),
-            ),
+  it('d) two equal histories of 10 000 copies: one round trip, no blob read', { timeout: 300_000 }, async () => {
+    // The answer does not depend on the size (equal roots end the comparison); bench/repair.ts measures
+    // the same request on 1 000 000 copies. ANTI_ENTROPY_COPIES runs it larger.
+    const COPIES = Number(process.env.ANTI_ENTROPY_COPIES ?? 10_000);
+    await using net = await startNetwork({
+      federate: true,
+      servers: [
+        replicationServer('carol1', { syncOnReturnMs: 600_000 }),
+        replicationServer('carol2', { syncOnReturnMs: 600_000 }),
+      ],
+    });
+    const carol = makeUser('carol', ['carol1', 'carol2'], seedFor('carol'));
+    await (await connectUser(net.servers[0]!.wsUrl, carol, 'c1')).close();
+    await (await connectUser(net.servers[1]!.wsUrl, carol, 'c2')).close();
+    // The same pairs written straight into both stores (each pair is two copies of carol's outbox row).
+    const base = Date.now() - 3_600_000 - COPIES;
+    const outbox = { owners: new Map([['carol', true]]) };
+    const WINDOW = 2048;
+    for (let start = 0; start < COPIES / 2; start += WINDOW) {
+      const pairs = Array.from({ length: Math.min(WINDOW, COPIES / 2 - start) }, (_, i) =>
+        pairOf({ from: 'carol', to: 'dave', timeMs: base + 2 * (start + i), nonce: start + i }),
+      );
+      await Promise.all(
+        net.servers.flatMap((s) =>
+          pairs.map((p) =>
+            s.ctx.store.messages.storePair({
+              incoming: p.incoming,
+              outgoing: p.outgoing,
+              nowMs: base,
+              outbox,
+              delivery: null,
+            }),
           ),
-        );
-      }
-      // No blob to read: the comparison must come from the index alone.
-      for (const s of net.servers)
-        await queryTestDb(s.config.db, "UPDATE dm_sync_outbox SET blobs = ? WHERE owner_login = 'carol'", [
-          Buffer.alloc(0),
-        ]);
+        ),
+      );
+    }
+    // No blob to read: the comparison must come from the index alone.
+    for (const s of net.servers)
+      await queryTestDb(s.config.db, "UPDATE dm_sync_outbox SET blobs = ? WHERE owner_login = 'carol'", [
+        Buffer.alloc(0),
+      ]);
 
-      const summary = await repair(net.servers[1]!.httpUrl, 'carol');
-      assert.deepEqual(
-        [summary.errors, summary.roundTrips, summary.rangesCompared, summary.differences, summary.copiesRepaired],
-        [0, 1, 1, 0, 0],
-      );
-      console.log(
-        JSON.stringify({
-          test: 'anti-entropy digest of two equal histories',
-          copies: COPIES,
-          db: net.servers[1]!.config.db.kind,
-          durationMs: summary.durationMs,
-          bytesExchanged: summary.bytes,
-          roundTrips: summary.roundTrips,
-        }),
-      );
-    },
-  );
+    const summary = await repair(net.servers[1]!.httpUrl, 'carol');
+    assert.deepEqual(
+      [summary.errors, summary.roundTrips, summary.rangesCompared, summary.differences, summary.copiesRepaired],
+      [0, 1, 1, 0, 0],
+    );
+    console.log(
+      JSON.stringify({
+        test: 'anti-entropy digest of two equal histories',
+        copies: COPIES,
+        db: net.servers[1]!.config.db.kind,
+        durationMs: summary.durationMs,
+        bytesExchanged: summary.bytes,
+        roundTrips: summary.roundTrips,
+      }),
+    );
+  });
 });
 
 describe('anti-entropy ops: who may call them and what they answer', () => {
