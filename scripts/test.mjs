@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // Runs every test file under test/ with Node's test runner (TypeScript through tsx), then the
 // integration tests (test/integration/) a second time on PostgreSQL (SHINE_TEST_DB=postgres), unless
-// SHINE_TEST_SKIP_PG=1 or the first pass already ran on PostgreSQL. Either pass failing fails the run.
+// SHINE_TEST_SKIP_PG=1 or the first pass already ran on PostgreSQL; files with a line
+// `// test.mjs: no store` (they start no server) run once. Either pass failing fails the run.
 // Every PostgreSQL database the run makes is named shine_t_<run>_… (SHINE_TEST_RUN); whatever of them is
 // left at the end (a test that crashed before dropping its own) is dropped here.
 // Usage: node scripts/test.mjs [substring filters...]
 // SHINE_TEST_TIMEOUT_MS (default 120000) is the time each test file gets (npm run chaos needs more).
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 
@@ -41,7 +42,9 @@ const pgFiles =
           f.startsWith(join('test', 'integration') + '/') &&
           // startCluster picks its database itself (PostgreSQL unless SHINE_CLUSTER_DB=sqlite), whatever
           // SHINE_TEST_DB says: the cluster tests ran on PostgreSQL in the first pass already.
-          !f.startsWith(join('test', 'integration', 'cluster-')),
+          !f.startsWith(join('test', 'integration', 'cluster-')) &&
+          // A file that starts no server (it says so in a line of its own) has nothing to run on PostgreSQL.
+          !/^\/\/ test\.mjs: no store\b/m.test(readFileSync(f, 'utf8')),
       );
 
 let child = null;

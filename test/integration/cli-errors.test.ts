@@ -1,4 +1,5 @@
 /** The CLI's error messages name the cause: missing files, wrong URLs, refused ports, DNS, a web server that is not SHiNE. */
+// test.mjs: no store (it starts no SHiNE server, so the PostgreSQL pass skips it)
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';

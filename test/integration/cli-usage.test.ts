@@ -1,4 +1,5 @@
 /** The CLI's help, exit codes, login rule and identities folder, without a server. */
+// test.mjs: no store (it starts no SHiNE server, so the PostgreSQL pass skips it)
 import assert from 'node:assert/strict';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,4 +1,5 @@
 /** The relay's faults for the chaos run (test/helpers/ws-proxy.ts): drop, cut, delay and heal. */
+// test.mjs: no store (it starts no SHiNE server, so the PostgreSQL pass skips it)
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
