@@ -14,6 +14,7 @@
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { OpResults } from '../../src/protocol/ops.js';
+import { cliBundle } from './cli-bundle.js';
 import { ADMIN_TOKEN, startFederatedProcesses } from './federated-processes.js';
 import type { RawClient } from './raw-client.js';
 import type { Pair, Ref } from './replication.js';
@@ -669,9 +670,10 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
 }
 
 /** `shine check --json --db url` as a process; its exit status and output. */
-function shineCheck(dbUrl: string): Promise<{ code: number; stdout: string }> {
+async function shineCheck(dbUrl: string): Promise<{ code: number; stdout: string }> {
+  const cli = await cliBundle();
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'check', '--json', '--db', dbUrl], {
+    const child = spawn(process.execPath, [cli, 'check', '--json', '--db', dbUrl], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, SHINE_LOG_LEVEL: 'error' },
     });

@@ -3,8 +3,7 @@ import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { build } from 'esbuild';
+import { join } from 'node:path';
 import WebSocket from 'ws';
 import {
   ShineClient,
@@ -15,34 +14,9 @@ import {
 } from '../../src/client/index.js';
 import type { TestNetwork } from './network.js';
 import { startNetwork } from './network.js';
+import { cliBundle } from './cli-bundle.js';
 import { waitUntil } from './wait.js';
 import { after, before } from 'node:test';
-
-let bundled: Promise<string> | null = null;
-
-/**
- * The CLI bundled once per test process: starting it through tsx costs seconds per command on a busy
- * machine, a bundle a fraction of that. It sits under .tmp/ so its packages resolve from node_modules.
- */
-function cliBundle(): Promise<string> {
-  return (bundled ??= (async () => {
-    const dir = resolve('.tmp');
-    mkdirSync(dir, { recursive: true });
-    const outfile = join(dir, `shine-cli-${process.pid}.mjs`);
-    await build({
-      entryPoints: ['src/cli/main.ts'],
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      packages: 'external',
-      outfile,
-      logLevel: 'error',
-    });
-    process.once('exit', () => rmSync(outfile, { force: true }));
-    return outfile;
-  })());
-}
 
 export interface CliResult {
   code: number | null;

@@ -6,6 +6,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ConfigInput } from '../../src/server/config/config.js';
+import { cliBundle } from './cli-bundle.js';
 import type { TestDb } from './test-db.js';
 import { TEST_DB_POOL_SIZE, freshTestDb } from './test-db.js';
 
@@ -109,22 +110,18 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
-    child = spawn(
-      process.execPath,
-      [...nodeArgs, ...(opts.nodeArgs ?? []), '--import', 'tsx', 'src/cli/main.ts', 'serve'],
-      {
-        env: {
-          ...process.env,
-          SHINE_HOST: '127.0.0.1',
-          SHINE_PORT: String(port),
-          SHINE_DATA_DIR: dataDir,
-          ...LOOPBACK_LIMITS_ENV,
-          ...dbEnv,
-          ...opts.env,
-        },
-        stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
+    child = spawn(process.execPath, [...nodeArgs, ...(opts.nodeArgs ?? []), await cliBundle(), 'serve'], {
+      env: {
+        ...process.env,
+        SHINE_HOST: '127.0.0.1',
+        SHINE_PORT: String(port),
+        SHINE_DATA_DIR: dataDir,
+        ...LOOPBACK_LIMITS_ENV,
+        ...dbEnv,
+        ...opts.env,
       },
-    );
+      stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
+    });
     const deadline = Date.now() + 30_000;
     for (;;) {
       if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
