@@ -43,9 +43,14 @@ export function conversationAcrossServers(
     await bob.getByText('Offline — reconnecting').waitFor({ state: 'detached' });
 
     // bob opens the chat: both messages are there, shown, so both get read receipts.
+    const tool = bob.getByRole('button', { name: 'Back up identity', exact: true });
+    assert.equal(await tool.isVisible(), true, 'the top bar shows its tools beside the list');
     await openConversation(bob, 'alice');
     await messageWith(bob, 'Hello bob').waitFor();
     await messageWith(bob, 'Are you there?').waitFor();
+    // On a phone the open chat takes the screen: the top bar's tools wait in the list.
+    const phone = (context.viewport?.width ?? 1280) < 760;
+    assert.equal(await tool.isVisible(), !phone, phone ? 'no top-bar tools over a chat on a phone' : 'tools stay');
     await shot(bob, 'bob-chat');
     await waitForTick(alice, 'Hello bob', 'read');
     await waitForTick(alice, 'Are you there?', 'read');
