@@ -22,6 +22,8 @@ export interface FederatedSpec {
    * front of `port`.
    */
   publicWsUrl?: string;
+  /** Runs before the process starts, on its fresh database (see ServerProcessOptions.beforeStart). */
+  beforeStart?: (dbUrl: string) => Promise<void>;
 }
 
 /** The admin token every process of startFederatedProcesses gets (so /debug is reachable). */
@@ -40,6 +42,7 @@ export async function startFederatedProcesses(
     specs.map((spec, i) =>
       startServerProcess({
         port: ports[i]!,
+        ...(spec.beforeStart ? { beforeStart: spec.beforeStart } : {}),
         env: {
           SHINE_LOG_LEVEL: process.env.SHINE_TEST_LOG_LEVEL ?? 'error',
           SHINE_SERVER_LOGIN: spec.serverLogin,

@@ -84,6 +84,8 @@ export interface ServerProcessOptions {
   stderr?: 'inherit' | 'ignore';
   /** Node.js flags for this process, after SHINE_SERVER_NODE_ARGS (e.g. `--inspect=127.0.0.1:PORT`). */
   nodeArgs?: string[];
+  /** Runs once the database exists and before the first launch, e.g. to write rows as if stored earlier. */
+  beforeStart?: (dbUrl: string) => Promise<void>;
 }
 
 /**
@@ -135,7 +137,8 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
     }
   };
   const kill = async (signal: NodeJS.Signals = 'SIGTERM'): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
+    // Not launched (beforeStart failed), or already gone.
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
     child.kill(signal);
     await exited;
@@ -146,6 +149,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
     rmSync(dataDir, { recursive: true, force: true });
   };
   try {
+    await opts.beforeStart?.(dbUrl);
     await launch();
   } catch (err) {
     await close();

@@ -12,18 +12,27 @@ import type { ChainDebug } from '../../src/server/chains/service.js';
 import { blockInput } from '../../src/server/chains/service.js';
 import { makeBlocks, readChain, verifies } from '../helpers/chains.js';
 import { adminGet, startFederatedProcesses } from '../helpers/federated-processes.js';
-import { connectRaw } from '../helpers/raw-client.js';
 import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort } from '../helpers/server-process.js';
 import { openTestStore } from '../helpers/test-db.js';
+import type { TestUser } from '../helpers/users.js';
 import { makeUser } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
 import { startWsProxy } from '../helpers/ws-proxy.js';
 
-/** Writes blocks into a stopped server's database, as a store that got them some other way. */
-async function writeChain(dbUrl: string, blocks: readonly BuiltBlock[]): Promise<void> {
+/**
+ * Writes blocks (and profiles, as RegisterUser stores them) into a server's database before it starts, as a store
+ * that got them some other way.
+ */
+async function writeChain(
+  dbUrl: string,
+  blocks: readonly BuiltBlock[],
+  users: readonly TestUser[] = [],
+): Promise<void> {
   const store = await openTestStore(dbUrl);
   try {
+    await store.migrate();
+    for (const u of users) await store.directory.putUser(u.profile, 'local', Date.now());
     for (const { block } of blocks) {
       const r = await store.chains.append(blockInput(block));
       assert.equal(r.link, 'stored');
@@ -41,7 +50,7 @@ describe('SIGKILL of a server in the middle of a chain resync', () => {
     const alphaPort = await freePort();
     await using relay = await startWsProxy(`ws://127.0.0.1:${alphaPort}/ws`);
     let held = 0;
-    let holding = false;
+    let holding = true;
     relay.filter = (frame) => {
       if (holding && frame?.op === 'GetChain' && frame.payload?.fromIndex === 500) {
         held++;
@@ -54,26 +63,38 @@ describe('SIGKILL of a server in the middle of a chain resync', () => {
       SHINE_S2S_TIMEOUT_MS: '60000',
       SHINE_SYNC_INTERVAL_MS: '3600000',
     };
+    // alpha holds X (1 100 blocks) and alice's profile, beta a chain Y whose block 5 differs; both written before
+    // they start. beta starts once alpha answers, so its start-up cycle meets the divergence and starts the resync.
     const [a, b] = (await startFederatedProcesses(
       [
-        { serverLogin: 'alpha', port: alphaPort, publicWsUrl: relay.wsUrl, env: { SHINE_CHAIN_PARTNERS: 'beta' } },
-        { serverLogin: 'beta', env: { SHINE_CHAIN_PARTNERS: 'alpha' } },
+        {
+          serverLogin: 'alpha',
+          port: alphaPort,
+          publicWsUrl: relay.wsUrl,
+          env: { SHINE_CHAIN_PARTNERS: 'beta' },
+          beforeStart: (dbUrl) => writeChain(dbUrl, X, [alice]),
+        },
+        {
+          serverLogin: 'beta',
+          env: { SHINE_CHAIN_PARTNERS: 'alpha' },
+          beforeStart: async (dbUrl) => {
+            await writeChain(dbUrl, Y);
+            await waitUntil(
+              () =>
+                fetch(`http://127.0.0.1:${alphaPort}/healthz`).then(
+                  (r) => r.ok,
+                  () => false,
+                ),
+              60_000,
+              'alpha answers',
+            );
+          },
+        },
       ],
       env,
     )) as [ServerProcess, ServerProcess];
     await using _servers = { [Symbol.asyncDispose]: () => Promise.all([a.close(), b.close()]).then(() => undefined) };
-    {
-      await using c = await connectRaw(a.wsUrl);
-      await c.call('RegisterUser', { profile: alice.profile });
-    }
-    // alpha holds X (1 100 blocks), beta a chain Y whose block 5 differs; both written while they are down.
-    await Promise.all([a.kill('SIGTERM'), b.kill('SIGTERM')]);
-    await writeChain(a.dbUrl, X);
-    await writeChain(b.dbUrl, Y);
-    holding = true;
-    await a.restart();
-    await b.restart();
-    // beta's start-up cycle meets the divergence and starts the resync; its second page is held.
+    // The second page is held.
     await waitUntil(() => held > 0, 60_000, 'the resync asks for its second page');
     const during = await adminGet<ChainDebug>(b, '/debug/chains?login=alice');
     assert.equal(during.resync?.source, 'alpha');
