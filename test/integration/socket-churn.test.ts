@@ -93,6 +93,10 @@ describe('sockets that come and go, and one that stops reading', () => {
       serverSide.some((ws) => ws.readyState >= 2),
       'its socket was closed by the server',
     );
+    // The phone, reading again, sees the connection end without a close frame (terminated, not closed);
+    // left paused, closing it at the end would wait out ws's 30 s close timeout.
+    stuck.socket.resume();
+    assert.equal((await stuck.closed).code, 1006);
     const received = () => laptop.events.filter((e) => e.op === 'DirectMessage').length;
     await waitUntil(() => received() === pairs.length, 10_000, 'the laptop got every message');
     assert.equal(await metricSum(server.httpUrl, 'shine_ws_slow_consumer_closed_total'), 1);

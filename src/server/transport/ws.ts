@@ -193,7 +193,11 @@ export class WsGateway {
     const closed = Promise.all(
       sockets.map((ws) => (ws.readyState === WebSocket.CLOSED ? null : new Promise((r) => ws.once('close', r)))),
     );
-    await Promise.race([closed, delay(CLOSE_GRACE_MS)]);
+    // The grace timer is cancelled once every socket closed: left running, it held the process's exit
+    // after SIGTERM for the whole 2 s.
+    const grace = new AbortController();
+    await Promise.race([closed, delay(CLOSE_GRACE_MS, undefined, { signal: grace.signal })]);
+    grace.abort();
     for (const ws of this.wss.clients) ws.terminate();
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
   }
