@@ -3,6 +3,7 @@
  * README cannot drift from the program. The only change: port 8080 becomes a free port (tests run
  * side by side), and HOME, XDG_CONFIG_HOME and SHINE_DATA_DIR point into a temporary folder.
  */
+// test.mjs: no store (its server keeps the README's default store, SQLite under SHINE_DATA_DIR, whatever SHINE_TEST_DB says: the PostgreSQL pass would run the same thing again)
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
