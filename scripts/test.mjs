@@ -2,7 +2,7 @@
 // Runs every test file under test/ with Node's test runner (TypeScript through tsx), then the
 // integration tests (test/integration/) a second time on PostgreSQL (SHINE_TEST_DB=postgres), unless
 // SHINE_TEST_SKIP_PG=1 or the first pass already ran on PostgreSQL; files with a line
-// `// test.mjs: no store` (they start no server) run once. Either pass failing fails the run.
+// `// test.mjs: no store` (no server of theirs uses the test database) run once. Either pass failing fails the run.
 // Every PostgreSQL database the run makes is named shine_t_<run>_… (SHINE_TEST_RUN); whatever of them is
 // left at the end (a test that crashed before dropping its own) is dropped here.
 // Usage: node scripts/test.mjs [substring filters...]
@@ -43,7 +43,8 @@ const pgFiles =
           // startCluster picks its database itself (PostgreSQL unless SHINE_CLUSTER_DB=sqlite), whatever
           // SHINE_TEST_DB says: the cluster tests ran on PostgreSQL in the first pass already.
           !f.startsWith(join('test', 'integration', 'cluster-')) &&
-          // A file that starts no server (it says so in a line of its own) has nothing to run on PostgreSQL.
+          // A file none of whose servers uses the test database (it says so in a line of its own) would run the
+          // same thing again on PostgreSQL.
           !/^\/\/ test\.mjs: no store\b/m.test(readFileSync(f, 'utf8')),
       );
 
