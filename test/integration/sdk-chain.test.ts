@@ -57,7 +57,6 @@ describe('SDK user chains against a real server', () => {
     const off = a2.on('ChainEvent', (ev) => events.push(ev));
     const added: AddedBlock[] = [];
     for (const text of ['hello', 'second', 'third']) added.push(await a1.addBlock(TEXT_POST_KIND, utf8(text)));
-    off();
     assert.deepEqual(
       added.map((a) => [a.login, a.index, a.rebased]),
       [
@@ -69,7 +68,9 @@ describe('SDK user chains against a real server', () => {
     assert.ok(
       added.every((a, i) => a.blockHash === blockHash(a.block) && (i === 0 || a.globalSeq > added[i - 1]!.globalSeq)),
     );
+    // The laptop's events may come after the phone's answers: listen until all three are in.
     await waitUntil(() => events.length === 3, 5000, 'three ChainEvents on the laptop');
+    off();
     assert.deepEqual(
       events.map((e) => [e.login, e.index, e.blockHash]),
       added.map((a) => ['alice', a.index, a.blockHash]),
