@@ -265,4 +265,33 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   ) STRICT;
   CREATE INDEX chain_partner_acks_login ON chain_partner_acks (login);
   `,
+  // 7: delivery rows in a rowid table. WITHOUT ROWID kept whole rows (~430 bytes with their receipt) in
+  // the key's B-tree, interior pages included: a fan-out of about 8 at 4 KiB, and at 1 KiB pages every
+  // row spilled to an overflow page. A row now goes to the table's newest leaf and its key, alone, to the
+  // primary key's index (docs/performance.md, "SQLite page size").
+  `
+  CREATE TABLE dm_delivery_state_7 (
+    outgoing_key TEXT PRIMARY KEY,
+    base_key TEXT NOT NULL,
+    sender_login TEXT NOT NULL,
+    recipient_login TEXT NOT NULL,
+    revision_time_ms INTEGER NOT NULL,
+    reencrypted_at_ms INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    accepted_at_ms INTEGER NOT NULL,
+    next_attempt_at_ms INTEGER,
+    lease_until_ms INTEGER,
+    row_version INTEGER NOT NULL,
+    last_error TEXT,
+    updated_at_ms INTEGER NOT NULL,
+    receipt_json TEXT
+  ) STRICT;
+  INSERT INTO dm_delivery_state_7 SELECT outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+    reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version, last_error,
+    updated_at_ms, receipt_json FROM dm_delivery_state ORDER BY accepted_at_ms, outgoing_key;
+  DROP TABLE dm_delivery_state;
+  ALTER TABLE dm_delivery_state_7 RENAME TO dm_delivery_state;
+  CREATE INDEX dm_delivery_state_due ON dm_delivery_state (next_attempt_at_ms) WHERE state = 'accepted';
+  `,
 ];

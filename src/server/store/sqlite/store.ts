@@ -19,6 +19,7 @@ export interface SqliteStoreOptions {
   path: string;
   sync: SqliteSync;
   maxQueuedWrites?: number;
+  pageSize?: number;
 }
 
 export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
