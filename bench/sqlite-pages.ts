@@ -69,6 +69,11 @@ const store1 = (store: SqliteStore, p: ReturnType<typeof makePair>): Promise<unk
     silent: true,
   });
 
+/** Stores list in group commits of `group` pairs each, one after another. */
+async function storeInGroups(store: SqliteStore, list: ReturnType<typeof makePair>[], group: number): Promise<void> {
+  for (let i = 0; i < list.length; i += group) await Promise.all(list.slice(i, i + group).map((p) => store1(store, p)));
+}
+
 const cpuMicros = (since: NodeJS.CpuUsage): number => {
   const c = process.cpuUsage(since);
   return c.user + c.system;
@@ -88,24 +93,23 @@ async function round(pageSize: number): Promise<Round> {
   const path = join(dir, 'shine.sqlite');
   const store = openSqliteStore({ path, sync: SYNC, pageSize });
   await store.migrate();
-  for (let i = 0; i < SEED; i += 500) await Promise.all(pairs.slice(i, i + 500).map((p) => store1(store, p)));
+  await storeInGroups(store, pairs.slice(0, SEED), 500);
   // The WAL's frames, counted by SQLite itself: no checkpoint runs while they are counted.
   store.db.conn.pragma('wal_checkpoint(TRUNCATE)');
   const autocheckpoint = store.db.conn.pragma('wal_autocheckpoint', { simple: true }) as number;
 
   // Writes, timed, with the store's own checkpoints.
+  const timed = pairs.slice(SEED);
   let cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  for (let i = SEED; i < SEED + PAIRS; i += GROUP)
-    await Promise.all(pairs.slice(i, i + GROUP).map((p) => store1(store, p)));
+  await storeInGroups(store, timed, GROUP);
   const writeCpu = cpuMicros(cpu0);
   const writeSeconds = (performance.now() - t0) / 1000;
 
   // The same writes' WAL bytes, measured apart: a second batch of the same shape with checkpoints off.
   store.db.conn.pragma('wal_checkpoint(TRUNCATE)');
   store.db.conn.pragma('wal_autocheckpoint = 0');
-  for (let i = 0; i < extra.length; i += GROUP)
-    await Promise.all(extra.slice(i, i + GROUP).map((p) => store1(store, p)));
+  await storeInGroups(store, extra, GROUP);
   const walBytes = statSync(`${path}-wal`).size;
   store.db.conn.pragma(`wal_autocheckpoint = ${autocheckpoint}`);
   store.db.conn.pragma('wal_checkpoint(TRUNCATE)');

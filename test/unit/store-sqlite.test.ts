@@ -140,17 +140,9 @@ describe('SQLite: page size and checkpoints', () => {
 
 describe('SQLite: migration 7 (delivery rows in a rowid table)', () => {
   it('keeps every delivery row, its receipt and the due index of a database made by migration 6', async () => {
-    const path = join(dir, 'made-by-6.sqlite');
-    const raw = new Database(path);
-    raw.pragma('journal_mode = WAL');
-    SQLITE_MIGRATIONS.slice(0, 6).forEach((m, v) => {
-      raw.exec(typeof m === 'string' ? m : m.sql);
-      if (typeof m !== 'string') m.then(raw);
-      raw.pragma(`user_version = ${v + 1}`);
-    });
-    raw.close();
-    const store = openSqliteStore({ path, sync: 'full' });
+    const store = openSqliteStore({ path: join(dir, 'made-by-6.sqlite'), sync: 'full' });
     opened.push(store);
+    store.db.migrate(6);
     const shape = () =>
       (store.db.conn.prepare("SELECT sql FROM sqlite_schema WHERE name = 'dm_delivery_state'").get() as { sql: string })
         .sql;

@@ -21,7 +21,7 @@ function unavailable(err: unknown): unknown {
 }
 
 /** Page size of a new database file (docs/performance.md, "SQLite page size"). */
-export const SQLITE_PAGE_SIZE = 1024;
+const SQLITE_PAGE_SIZE = 1024;
 /** WAL size at which a commit checkpoints it into the database file. */
 const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024;
 
@@ -79,9 +79,10 @@ export class SqliteDb {
     return s;
   }
 
-  migrate(): void {
+  /** Runs the migrations not yet applied, up to `upTo` of them (all by default; tests stop earlier). */
+  migrate(upTo = SQLITE_MIGRATIONS.length): void {
     const current = this.conn.pragma('user_version', { simple: true }) as number;
-    for (let v = current; v < SQLITE_MIGRATIONS.length; v++) {
+    for (let v = current; v < upTo; v++) {
       this.conn
         .transaction(() => {
           const m = SQLITE_MIGRATIONS[v]!;
