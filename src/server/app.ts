@@ -143,6 +143,11 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       'Writes committed by this process (SQLite groups the writes of one turn of the event loop into one commit)',
       () => store.commitStats().writes,
     );
+    metrics.gauge(
+      'db_checkpoints_total',
+      "WAL checkpoints run by this process's checkpoint thread (SQLite; 0 on PostgreSQL)",
+      () => store.commitStats().checkpoints,
+    );
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });
     let delivery: DeliveryEngine | null = null;
     const peers = new PeerPool({

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import Database from 'better-sqlite3';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -105,27 +105,29 @@ describe('SQLite: group commit', () => {
 describe('SQLite: page size and checkpoints', () => {
   const pragma = (store: SqliteStore, name: string): unknown => store.db.conn.pragma(name, { simple: true });
 
-  it('creates a new database with 1 KiB pages, checkpointed at 4 MiB of WAL', async () => {
+  it('creates a new database with 1 KiB pages, WAL and FULL sync, checkpointed on a thread', async () => {
     const store = await fresh({ sync: 'full' });
     assert.equal(pragma(store, 'page_size'), 1024);
     assert.equal(pragma(store, 'journal_mode'), 'wal');
     assert.equal(pragma(store, 'synchronous'), 2); // FULL
-    assert.equal(pragma(store, 'wal_autocheckpoint'), 4096);
+    assert.equal(pragma(store, 'wal_autocheckpoint'), 0); // the writer never checkpoints in its COMMIT
+    assert.ok(store.db.checkpointer);
     await putPair(store, { from: 'ivan', to: 'jane', timeMs: T0, nonce: 1 });
     assert.equal(pragma(store, 'page_size'), 1024);
   });
 
-  it('keeps the page size of an existing database, and still checkpoints at 4 MiB', async () => {
+  it('keeps the page size of an existing database; checkpoints in COMMIT at 4 MiB when asked to', async () => {
     const path = join(dir, 'made-with-4k-pages.sqlite');
     const old = new Database(path);
     old.pragma('journal_mode = WAL');
     old.exec('CREATE TABLE before_shine (x INTEGER)');
     old.close();
-    const store = openSqliteStore({ path, sync: 'full' });
+    const store = openSqliteStore({ path, sync: 'full', checkpoints: 'commit' });
     opened.push(store);
     await store.migrate();
     assert.equal(pragma(store, 'page_size'), 4096);
     assert.equal(pragma(store, 'wal_autocheckpoint'), 1024);
+    assert.equal(store.db.checkpointer, null);
     await putPair(store, { from: 'ivan', to: 'jane', timeMs: T0, nonce: 2 });
     const page = await store.messages.getDirectMessages({
       owner: 'jane',
@@ -136,6 +138,99 @@ describe('SQLite: page size and checkpoints', () => {
     });
     assert.equal(page.items.length, 1);
   });
+});
+
+describe('SQLite: checkpoints on a thread', () => {
+  let n = 0;
+  /** A store whose thread checkpoints every 5 ms and starts the WAL over from 128 KiB on. */
+  async function small(): Promise<{ store: SqliteStore; path: string }> {
+    const path = join(dir, `ckpt${n++}.sqlite`);
+    const store = openSqliteStore({
+      path,
+      sync: 'full',
+      checkpointTuning: { intervalMs: 5, restartBytes: 128 * 1024 },
+    });
+    opened.push(store);
+    await store.migrate();
+    return { store, path };
+  }
+  /** `pairs` pairs from 10 senders, stored 10 at a time (as concurrent clients send them). */
+  async function write(store: SqliteStore, from: number, pairs: number): Promise<void> {
+    for (let i = from; i < from + pairs; i += 10)
+      await Promise.all(
+        Array.from({ length: 10 }, (_, k) =>
+          putPair(store, {
+            from: `sender${(i + k) % 10}`,
+            to: `rcpt${(i + k) % 10}`,
+            timeMs: T0 + i + k,
+            nonce: i + k,
+          }),
+        ),
+      );
+  }
+  const walBytes = (path: string): number => statSync(`${path}-wal`).size;
+  const historyCount = (db: Database.Database): number =>
+    (db.prepare('SELECT COUNT(*) AS n FROM signed_messages').get() as { n: number }).n;
+
+  it('copies every commit into the database file and starts the WAL over, while writes go on', async () => {
+    const { store, path } = await small();
+    await write(store, 0, 600); // about 20 MB of WAL frames at 1 KiB pages
+    await store.db.checkpointer!.idle();
+    const stats = store.db.checkpointer!.stats;
+    assert.ok(stats.checkpoints > 0 && stats.restarts > 0, JSON.stringify(stats));
+    assert.ok(stats.complete > 0, JSON.stringify(stats));
+    // Started over: the WAL file never grew to hold everything written.
+    assert.ok(walBytes(path) < 8 * 1024 * 1024, `WAL of ${walBytes(path)} bytes`);
+    // Every committed pair is in the database file itself: a copy of the file without its WAL holds them.
+    const copy = join(dir, `ckpt-copy${n}.sqlite`);
+    copyFileSync(path, copy);
+    const alone = new Database(copy, { readonly: true });
+    try {
+      assert.equal(historyCount(alone), 1200);
+    } finally {
+      alone.close();
+    }
+  });
+
+  it('answers every write held while the thread copies the last frames', async () => {
+    const { store } = await small();
+    // Writes queued in every turn of the event loop, so some land while a final pass holds commits.
+    const writes: Promise<unknown>[] = [];
+    for (let i = 0; i < 300; i++) {
+      writes.push(putPair(store, { from: 'tomas', to: `user${i % 7}`, timeMs: T0 + i, nonce: i }));
+      if (i % 10 === 9) await new Promise(setImmediate);
+    }
+    await Promise.all(writes);
+    await store.db.checkpointer!.idle();
+    assert.ok(store.db.checkpointer!.stats.restarts > 0, JSON.stringify(store.db.checkpointer!.stats));
+    assert.equal(historyCount(store.db.conn), 600);
+  });
+
+  it('goes back to checkpoints in COMMIT when the thread dies, and writes go on', async () => {
+    const { store, path } = await small();
+    await write(store, 0, 100);
+    await store.db.checkpointer!.kill();
+    assert.equal(pragma(store, 'wal_autocheckpoint'), 4096);
+    await write(store, 100, 300);
+    assert.equal(historyCount(store.db.conn), 800);
+    // SQLite's own checkpoints keep the WAL near its 4 MiB.
+    assert.ok(walBytes(path) < 8 * 1024 * 1024, `WAL of ${walBytes(path)} bytes`);
+  });
+
+  it('closes with a checkpoint under way, and every write is on disk', async () => {
+    const { store, path } = await small();
+    const writes = write(store, 0, 200);
+    await writes;
+    await store.close();
+    const reopened = new Database(path, { readonly: true });
+    try {
+      assert.equal(historyCount(reopened), 400);
+    } finally {
+      reopened.close();
+    }
+  });
+
+  const pragma = (store: SqliteStore, name: string): unknown => store.db.conn.pragma(name, { simple: true });
 });
 
 describe('SQLite: migration 7 (delivery rows in a rowid table)', () => {

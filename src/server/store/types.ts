@@ -565,9 +565,10 @@ export interface Store {
   readonly chains: ChainStore;
   /**
    * Transactions committed and writes in them since the store opened (SQLite groups many writes into
-   * one commit; on PostgreSQL each write is its own transaction), for /metrics and benchmarks.
+   * one commit; on PostgreSQL each write is its own transaction), and WAL checkpoints run by SQLite's
+   * checkpoint thread (0 on PostgreSQL, which checkpoints by itself), for /metrics and benchmarks.
    */
-  commitStats(): { commits: number; writes: number };
+  commitStats(): { commits: number; writes: number; checkpoints: number };
   /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */
   migrate(): Promise<void>;
   /** Cheap liveness check for /healthz. */

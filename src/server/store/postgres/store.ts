@@ -56,8 +56,8 @@ export class PostgresStore implements Store {
     this.chains = new PgChainStore(db);
   }
 
-  commitStats(): { commits: number; writes: number } {
-    return { commits: this.db.stats.commits, writes: this.db.stats.commits };
+  commitStats(): { commits: number; writes: number; checkpoints: number } {
+    return { commits: this.db.stats.commits, writes: this.db.stats.commits, checkpoints: 0 };
   }
 
   migrate(): Promise<void> {

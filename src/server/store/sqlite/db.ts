@@ -4,6 +4,7 @@
  */
 import Database from 'better-sqlite3';
 import { ShineError } from '../../../protocol/errors.js';
+import { Checkpointer } from './checkpointer.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
 
 export type SqliteSync = 'full' | 'normal';
@@ -22,8 +23,14 @@ function unavailable(err: unknown): unknown {
 
 /** Page size of a new database file (docs/performance.md, "SQLite page size"). */
 const SQLITE_PAGE_SIZE = 1024;
-/** WAL size at which a commit checkpoints it into the database file. */
+/** WAL size at which a commit checkpoints it into the database file, when the writer checkpoints itself. */
 const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024;
+/** Least time between two checkpoints on the checkpoint thread (./checkpointer.ts). */
+const CHECKPOINT_INTERVAL_MS = 250;
+/** WAL size from which the checkpoint thread has the WAL started over. */
+const WAL_RESTART_BYTES = 16 * 1024 * 1024;
+/** WAL size past which the writer checkpoints itself although a checkpoint thread runs. */
+const MAX_WAL_BYTES = 64 * 1024 * 1024;
 
 interface Job {
   run: () => unknown;
@@ -40,18 +47,29 @@ export interface SqliteDbOptions {
   maxBatch?: number;
   /** Page size if the file is new (benchmarks compare them); an existing file keeps its own. */
   pageSize?: number;
+  /**
+   * Where WAL checkpoints run: 'thread' (default) on a worker thread with its own connection, off the
+   * event loop; 'commit' inside the writer's COMMIT once the WAL holds 4 MiB, as SQLite does by default.
+   */
+  checkpoints?: 'thread' | 'commit';
+  /** The checkpoint thread's timing and WAL sizes (tests make them small); defaults below. */
+  checkpointTuning?: { intervalMs?: number; restartBytes?: number; maxWalBytes?: number };
 }
 
 export class SqliteDb {
   readonly conn: Database.Database;
   private queue: Job[] = [];
   private scheduled = false;
+  /** Commits wait while the checkpoint thread copies the WAL's last frames (./checkpointer.ts). */
+  private held = false;
   private closed = false;
   private readonly maxQueued: number;
   private readonly maxBatch: number;
   private readonly statements = new Map<string, Database.Statement>();
   /** Commits made and jobs committed, for metrics and benchmarks. */
   readonly stats = { commits: 0, jobs: 0 };
+  /** Runs the WAL checkpoints off the event loop; null for an in-memory database or `checkpoints: 'commit'`. */
+  readonly checkpointer: Checkpointer | null = null;
 
   constructor(opts: SqliteDbOptions) {
     this.conn = new Database(opts.path);
@@ -60,10 +78,34 @@ export class SqliteDb {
     // owner's part of the history, outbox and delivery indexes — and a commit writes every dirty page
     // whole to the WAL: at 4 KiB that was 80 KB a pair, at 1 KiB 33 KB (docs/performance.md).
     this.conn.pragma(`page_size = ${opts.pageSize ?? SQLITE_PAGE_SIZE}`);
-    this.conn.pragma('journal_mode = WAL');
+    const wal = this.conn.pragma('journal_mode = WAL', { simple: true }) === 'wal';
     // Checkpoint when the WAL holds 4 MiB, whatever the page size (SQLite counts pages: 1 000 by default).
     const pageSize = this.conn.pragma('page_size', { simple: true }) as number;
-    this.conn.pragma(`wal_autocheckpoint = ${Math.round(WAL_CHECKPOINT_BYTES / pageSize)}`);
+    const autocheckpoint = `wal_autocheckpoint = ${Math.round(WAL_CHECKPOINT_BYTES / pageSize)}`;
+    this.conn.pragma(autocheckpoint);
+    if (wal && (opts.checkpoints ?? 'thread') === 'thread') {
+      // A commit that checkpoints copies the WAL's pages into the file and fsyncs it, 20–50 ms at 4 MiB of
+      // WAL, all on the event loop; on the thread the event loop only commits (docs/performance.md).
+      this.conn.pragma('wal_autocheckpoint = 0');
+      this.checkpointer = new Checkpointer({
+        path: opts.path,
+        pageSize,
+        intervalMs: opts.checkpointTuning?.intervalMs ?? CHECKPOINT_INTERVAL_MS,
+        restartBytes: opts.checkpointTuning?.restartBytes ?? WAL_RESTART_BYTES,
+        maxWalBytes: opts.checkpointTuning?.maxWalBytes ?? MAX_WAL_BYTES,
+        inline: () => this.conn.pragma('wal_checkpoint(PASSIVE)'),
+        hold: (held) => {
+          this.held = held;
+          if (!held && this.queue.length > 0 && !this.scheduled) {
+            this.scheduled = true;
+            setImmediate(() => this.flush());
+          }
+        },
+        onFailure: () => {
+          if (this.conn.open) this.conn.pragma(autocheckpoint);
+        },
+      });
+    }
     this.conn.pragma(`synchronous = ${opts.sync === 'normal' ? 'NORMAL' : 'FULL'}`);
     this.conn.pragma('foreign_keys = ON');
     // Several processes may share one file (workers, tests); wait for the lock instead of failing.
@@ -112,6 +154,7 @@ export class SqliteDb {
 
   private flush(): void {
     this.scheduled = false;
+    if (this.held) return;
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
       const results: { ok: boolean; value: unknown }[] = [];
@@ -139,6 +182,7 @@ export class SqliteDb {
       }
       this.stats.commits++;
       this.stats.jobs += batch.length;
+      this.checkpointer?.committed();
       batch.forEach((job, i) => {
         const r = results[i]!;
         if (r.ok) job.resolve(r.value);
@@ -151,7 +195,9 @@ export class SqliteDb {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.held = false;
     if (this.queue.length > 0) this.flush();
+    await this.checkpointer?.close();
     this.conn.close();
   }
 }

@@ -2,7 +2,7 @@
 import type { Store } from '../types.js';
 import { SqliteChainStore } from './chains.js';
 import { SqliteCheckStore } from './check.js';
-import type { SqliteSync } from './db.js';
+import type { SqliteDbOptions } from './db.js';
 import { SqliteDb } from './db.js';
 import { SqliteDeliveryStore } from './delivery.js';
 import { SqliteDeviceStore } from './devices.js';
@@ -15,12 +15,7 @@ import { SqlitePushStore } from './push.js';
 import { SqliteReplicationStore } from './replication.js';
 import { SqliteSettingsStore } from './settings.js';
 
-export interface SqliteStoreOptions {
-  path: string;
-  sync: SqliteSync;
-  maxQueuedWrites?: number;
-  pageSize?: number;
-}
+export type SqliteStoreOptions = SqliteDbOptions;
 
 export function openSqliteStore(opts: SqliteStoreOptions): SqliteStore {
   return new SqliteStore(new SqliteDb(opts));
@@ -60,8 +55,12 @@ export class SqliteStore implements Store {
     this.chains = new SqliteChainStore(db);
   }
 
-  commitStats(): { commits: number; writes: number } {
-    return { commits: this.db.stats.commits, writes: this.db.stats.jobs };
+  commitStats(): { commits: number; writes: number; checkpoints: number } {
+    return {
+      commits: this.db.stats.commits,
+      writes: this.db.stats.jobs,
+      checkpoints: this.db.checkpointer?.stats.checkpoints ?? 0,
+    };
   }
 
   async migrate(): Promise<void> {

@@ -1,0 +1,218 @@
+/**
+ * WAL checkpoints on a worker thread, off the event loop (docs/performance.md, "Checkpoints off the
+ * event loop"). The writing connection runs with `wal_autocheckpoint = 0`; after its commits, this
+ * thread's own connection runs `PRAGMA wal_checkpoint(PASSIVE)`, which copies committed pages from the
+ * WAL into the database file and fsyncs that file while the event loop goes on committing to the WAL.
+ *
+ * The WAL starts over (is written again from its start) only when a write transaction begins with every
+ * frame copied. Under steady writes some commit always lands while a checkpoint runs, so each turn has
+ * two steps: the bulk copy while the writer commits, then, with the writer's next commits held back
+ * (queued, not blocking the event loop), a short pass that copies what those commits left. The writer
+ * then starts the WAL over.
+ *
+ * Durability does not move: every write is on disk when its COMMIT returns (the WAL is fsynced there);
+ * a checkpoint only copies what is already durable. If the WAL still grows past `maxWalBytes` (another
+ * process keeps the checkpoints from finishing), the writer checkpoints on its own connection; if the
+ * thread dies, the writer goes back to SQLite's own checkpoints on commit.
+ */
+import { createRequire } from 'node:module';
+import { Worker } from 'node:worker_threads';
+
+/** The worker: CommonJS text, so it runs the same under tsx and from the built package. */
+const WORKER_SOURCE = `
+const { parentPort, workerData } = require('node:worker_threads');
+const Database = require(workerData.sqlitePath);
+const db = new Database(workerData.path);
+db.pragma('synchronous = FULL');
+parentPort.on('message', (step) => {
+  if (step === 'close') {
+    db.close();
+    parentPort.close();
+    return;
+  }
+  const t0 = performance.now();
+  try {
+    const [r] = db.pragma('wal_checkpoint(PASSIVE)');
+    parentPort.postMessage({ step, busy: r.busy, log: r.log, checkpointed: r.checkpointed, ms: performance.now() - t0 });
+  } catch (err) {
+    parentPort.postMessage({ step, error: String((err && err.message) || err) });
+  }
+});
+`;
+
+type Step = 'bulk' | 'final';
+
+const WAL_FRAME_HEADER_BYTES = 24;
+
+interface Reply {
+  step: Step;
+  busy?: number;
+  log?: number;
+  checkpointed?: number;
+  ms?: number;
+  error?: string;
+}
+
+export interface CheckpointStats {
+  /** Turns of the thread (a bulk copy, and when the WAL is long a final pass with the writer held). */
+  checkpoints: number;
+  /** Final passes. */
+  restarts: number;
+  /** Final passes that left every frame copied, so the writer's next transaction started the WAL over. */
+  complete: number;
+  /** Time of the bulk copies on the thread, ms. */
+  bulkMs: number;
+  /** Time of the final passes, ms: the writer's commits wait this long. */
+  finalMs: number;
+  /** Times the writer checkpointed on its own connection because the WAL was past the limit. */
+  inline: number;
+}
+
+export interface CheckpointerOptions {
+  path: string;
+  pageSize: number;
+  /** Least time between the starts of two turns: pages written again meanwhile are copied once. */
+  intervalMs: number;
+  /** WAL size from which a turn ends with a final pass, so that the WAL starts over. */
+  restartBytes: number;
+  /** WAL size past which the writer checkpoints itself. */
+  maxWalBytes: number;
+  /** Runs one checkpoint on the writer's connection (the WAL is past maxWalBytes). */
+  inline: () => void;
+  /** Holds the writer's commits back (they queue), and lets them go again. */
+  hold: (held: boolean) => void;
+  /** The thread is gone: the writer goes back to SQLite's own checkpoints on commit. */
+  onFailure: () => void;
+}
+
+export class Checkpointer {
+  readonly stats: CheckpointStats = { checkpoints: 0, restarts: 0, complete: 0, bulkMs: 0, finalMs: 0, inline: 0 };
+  private readonly worker: Worker;
+  private dirty = false;
+  private running = false;
+  private holding = false;
+  private timer: NodeJS.Timeout | null = null;
+  private lastStart = 0;
+  private broken = false;
+  private closed = false;
+  /** Frames in the WAL at the last pass. */
+  private walFrames = 0;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(private readonly opts: CheckpointerOptions) {
+    const sqlitePath = createRequire(import.meta.url).resolve('better-sqlite3');
+    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { sqlitePath, path: opts.path } });
+    this.worker.on('message', (r: Reply) => this.answered(r));
+    this.worker.on('error', () => this.breakDown());
+    this.worker.on('exit', () => this.breakDown());
+    // An idle thread keeps no process alive.
+    this.worker.unref();
+  }
+
+  /** Called after each commit of the writer. */
+  committed(): void {
+    if (this.closed || this.broken) return;
+    if (this.walBytes() > this.opts.maxWalBytes) {
+      this.stats.inline++;
+      this.walFrames = 0;
+      this.opts.inline();
+      return;
+    }
+    this.dirty = true;
+    this.schedule();
+  }
+
+  private walBytes(): number {
+    return this.walFrames * (this.opts.pageSize + WAL_FRAME_HEADER_BYTES);
+  }
+
+  /** Resolves when no checkpoint is running or waiting (tests and benchmarks). */
+  idle(): Promise<void> {
+    if (!this.running && !this.dirty) return Promise.resolve();
+    this.timer?.ref();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private schedule(): void {
+    if (this.running || this.timer || !this.dirty || this.closed) return;
+    const wait = this.lastStart + this.opts.intervalMs - performance.now();
+    if (wait > 0) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.schedule();
+      }, wait);
+      // A turn keeps no process alive, unless someone waits for it (idle()).
+      if (this.idleWaiters.length === 0) this.timer.unref();
+      return;
+    }
+    this.dirty = false;
+    this.running = true;
+    this.lastStart = performance.now();
+    this.worker.ref();
+    this.worker.postMessage('bulk' satisfies Step);
+  }
+
+  private answered(r: Reply): void {
+    if (r.error === undefined) this.walFrames = r.log ?? 0;
+    if (r.step === 'bulk') {
+      this.stats.bulkMs += r.ms ?? 0;
+      // Once the WAL is long, the frames commits left behind during the bulk copy are copied with the
+      // writer held, so that it starts the WAL over.
+      if (r.error === undefined && !this.closed && this.walBytes() >= this.opts.restartBytes) {
+        this.setHold(true);
+        this.worker.postMessage('final' satisfies Step);
+        return;
+      }
+    } else {
+      this.stats.finalMs += r.ms ?? 0;
+      this.stats.restarts++;
+      if (r.busy === 0 && r.checkpointed === r.log) this.stats.complete++;
+    }
+    this.stats.checkpoints++;
+    this.setHold(false);
+    this.running = false;
+    if (!this.closed) this.worker.unref(); // close() keeps it until it exits
+    this.schedule();
+    if (!this.running && !this.dirty) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private setHold(held: boolean): void {
+    if (this.holding === held) return;
+    this.holding = held;
+    this.opts.hold(held);
+  }
+
+  private breakDown(): void {
+    if (this.closed || this.broken) return;
+    this.broken = true;
+    this.running = false;
+    this.dirty = false;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.setHold(false);
+    this.opts.onFailure();
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  /** Stops the thread after the pass it is running, and closes its connection. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.dirty = false;
+    if (!this.broken) {
+      const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
+      this.worker.ref();
+      this.worker.postMessage('close');
+      await exited;
+    }
+    this.setHold(false);
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  /** Ends the thread at once, as a crash would (tests of the fallback). */
+  async kill(): Promise<void> {
+    await this.worker.terminate();
+  }
+}
