@@ -1,7 +1,8 @@
 /**
  * Federated delivery between two server processes on this machine (bench/lib/federated-load.ts):
  * alice<i>@A → bob<i>@B. Prints one JSON line with throughput until `delivered` and send → delivered
- * latency at a fixed rate, both servers' CPU and peak RSS. The per-connection rate limit is lifted on
+ * latency at a fixed rate, both servers' CPU and peak RSS, and the disk's floor under that latency
+ * (bench/lib/fsync-floor.ts: one fdatasync's p50/p99, measured first). The per-connection rate limit is lifted on
  * both servers, so no 429 is measured. Durability: SQLite WAL + synchronous=FULL on both servers
  * (BENCH_SYNC=normal for NORMAL).
  *
@@ -10,7 +11,10 @@
  */
 import { machine } from './lib/machine.js';
 import { runFederatedSend } from './lib/federated-load.js';
+import { fsyncFloor } from './lib/fsync-floor.js';
 
+// The disk's floor under target 2, measured before the servers start.
+const floor = await fsyncFloor({ perSec: Number(process.env.BENCH_RATE ?? 200) });
 const r = await runFederatedSend({
   clients: Number(process.env.BENCH_CLIENTS ?? 20),
   pairs: Number(process.env.BENCH_PAIRS ?? 150),
@@ -30,5 +34,6 @@ console.log(
     throughput: r.throughput,
     fixedRate: r.fixedRate,
     peakRssMiB: r.peakRssMiB,
+    fsyncFloor: floor,
   }),
 );

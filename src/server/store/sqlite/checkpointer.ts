@@ -7,8 +7,8 @@
  * The WAL starts over (is written again from its start) only when a write transaction begins with every
  * frame copied. Under steady writes some commit always lands while a checkpoint runs, so each turn has
  * two steps: the bulk copy while the writer commits, then, with the writer's next commits held back
- * (queued, not blocking the event loop), a short pass that copies what those commits left. The writer
- * then starts the WAL over.
+ * (queued, not blocking the event loop; at most 200 ms), a short pass that copies what those commits
+ * left. The writer then starts the WAL over.
  *
  * Durability does not move: every write is on disk when its COMMIT returns (the WAL is fsynced there);
  * a checkpoint only copies what is already durable. If the WAL still grows past `maxWalBytes` (another
@@ -43,6 +43,8 @@ parentPort.on('message', (step) => {
 type Step = 'bulk' | 'final';
 
 const WAL_FRAME_HEADER_BYTES = 24;
+/** Longest the writer's commits are held for a final pass; past it they go on (no restart this turn). */
+const MAX_HOLD_MS = 200;
 
 interface Reply {
   step: Step;
@@ -92,6 +94,7 @@ export class Checkpointer {
   private running = false;
   private holding = false;
   private timer: NodeJS.Timeout | null = null;
+  private holdTimer: NodeJS.Timeout | null = null;
   private lastStart = 0;
   private broken = false;
   private closed = false;
@@ -160,6 +163,8 @@ export class Checkpointer {
       // writer held, so that it starts the WAL over.
       if (r.error === undefined && !this.closed && this.walBytes() >= this.opts.restartBytes) {
         this.setHold(true);
+        this.holdTimer = setTimeout(() => this.setHold(false), MAX_HOLD_MS);
+        this.holdTimer.unref();
         this.worker.postMessage('final' satisfies Step);
         return;
       }
@@ -177,6 +182,10 @@ export class Checkpointer {
   }
 
   private setHold(held: boolean): void {
+    if (!held && this.holdTimer) {
+      clearTimeout(this.holdTimer);
+      this.holdTimer = null;
+    }
     if (this.holding === held) return;
     this.holding = held;
     this.opts.hold(held);
