@@ -45,6 +45,8 @@ type Step = 'bulk' | 'final';
 const WAL_FRAME_HEADER_BYTES = 24;
 /** Longest the writer's commits are held for a final pass; past it they go on (no restart this turn). */
 const MAX_HOLD_MS = 200;
+/** After a final pass that could not copy every frame, turns hold no commits for this long. */
+const NO_HOLD_AFTER_INCOMPLETE_MS = 5000;
 
 interface Reply {
   step: Step;
@@ -95,6 +97,8 @@ export class Checkpointer {
   private holding = false;
   private timer: NodeJS.Timeout | null = null;
   private holdTimer: NodeJS.Timeout | null = null;
+  /** No final pass before this time (after one that could not finish). */
+  private noHoldUntil = 0;
   private lastStart = 0;
   private broken = false;
   private closed = false;
@@ -118,8 +122,11 @@ export class Checkpointer {
     if (this.walBytes() > this.opts.maxWalBytes) {
       this.stats.inline++;
       this.walFrames = 0;
-      this.opts.inline();
-      return;
+      try {
+        this.opts.inline();
+      } catch {
+        // An I/O error here fails no write (they are committed); the thread's next turn tries again.
+      }
     }
     this.dirty = true;
     this.schedule();
@@ -161,7 +168,12 @@ export class Checkpointer {
       this.stats.bulkMs += r.ms ?? 0;
       // Once the WAL is long, the frames commits left behind during the bulk copy are copied with the
       // writer held, so that it starts the WAL over.
-      if (r.error === undefined && !this.closed && this.walBytes() >= this.opts.restartBytes) {
+      if (
+        r.error === undefined &&
+        !this.closed &&
+        this.walBytes() >= this.opts.restartBytes &&
+        performance.now() >= this.noHoldUntil
+      ) {
         this.setHold(true);
         this.holdTimer = setTimeout(() => this.setHold(false), MAX_HOLD_MS);
         this.holdTimer.unref();
@@ -171,9 +183,12 @@ export class Checkpointer {
     } else {
       this.stats.finalMs += r.ms ?? 0;
       this.stats.restarts++;
-      if (r.busy === 0 && r.checkpointed === r.log) this.stats.complete++;
+      if (r.error === undefined && r.busy === 0 && r.checkpointed === r.log) this.stats.complete++;
+      // Something else (another process's reader or checkpoint) kept it from finishing: holding the
+      // writer again soon would not help, so the next turns copy without it for a while.
+      else this.noHoldUntil = performance.now() + NO_HOLD_AFTER_INCOMPLETE_MS;
     }
-    this.stats.checkpoints++;
+    if (r.error === undefined) this.stats.checkpoints++;
     this.setHold(false);
     this.running = false;
     if (!this.closed) this.worker.unref(); // close() keeps it until it exits

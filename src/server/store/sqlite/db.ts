@@ -31,6 +31,8 @@ const CHECKPOINT_INTERVAL_MS = 250;
 const WAL_RESTART_BYTES = 16 * 1024 * 1024;
 /** WAL size past which the writer checkpoints itself although a checkpoint thread runs. */
 const MAX_WAL_BYTES = 64 * 1024 * 1024;
+/** Size the WAL file is cut back to when it starts over, after a time it grew past it. */
+const WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 
 interface Job {
   run: () => unknown;
@@ -87,6 +89,7 @@ export class SqliteDb {
       // A commit that checkpoints copies the WAL's pages into the file and fsyncs it, 20–50 ms at 4 MiB of
       // WAL, all on the event loop; on the thread the event loop only commits (docs/performance.md).
       this.conn.pragma('wal_autocheckpoint = 0');
+      this.conn.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
       this.checkpointer = new Checkpointer({
         path: opts.path,
         pageSize,
@@ -182,12 +185,13 @@ export class SqliteDb {
       }
       this.stats.commits++;
       this.stats.jobs += batch.length;
-      this.checkpointer?.committed();
       batch.forEach((job, i) => {
         const r = results[i]!;
         if (r.ok) job.resolve(r.value);
         else job.reject(r.value);
       });
+      // After the answers: a checkpoint the writer runs itself (WAL past its limit) delays no one's.
+      this.checkpointer?.committed();
     }
   }
 
