@@ -143,14 +143,10 @@ describe('SQLite: page size and checkpoints', () => {
 
 describe('SQLite: checkpoints on a thread', () => {
   let n = 0;
-  /** A store whose thread checkpoints every 5 ms and starts the WAL over from 128 KiB on. */
-  async function small(): Promise<{ store: SqliteStore; path: string }> {
+  /** A store whose thread checkpoints every 5 ms and starts the WAL over from `restartBytes` (128 KiB) on. */
+  async function small(restartBytes = 128 * 1024): Promise<{ store: SqliteStore; path: string }> {
     const path = join(dir, `ckpt${n++}.sqlite`);
-    const store = openSqliteStore({
-      path,
-      sync: 'full',
-      checkpointTuning: { intervalMs: 5, restartBytes: 128 * 1024 },
-    });
+    const store = openSqliteStore({ path, sync: 'full', checkpointTuning: { intervalMs: 5, restartBytes } });
     opened.push(store);
     await store.migrate();
     return { store, path };
@@ -194,7 +190,7 @@ describe('SQLite: checkpoints on a thread', () => {
   });
 
   it('answers every write held while the thread copies the last frames', async () => {
-    const { store } = await small();
+    const { store } = await small(1); // every turn ends with a final pass that holds the writer
     // Writes queued in every turn of the event loop, so some land while a final pass holds commits.
     const writes: Promise<unknown>[] = [];
     for (let i = 0; i < 300; i++) {

@@ -237,6 +237,7 @@ export class Checkpointer {
 
   /** Ends the thread at once, as a crash would (tests of the fallback). */
   async kill(): Promise<void> {
+    this.worker.ref(); // an unref'd thread's exit would not keep the caller's process waiting for it
     await this.worker.terminate();
   }
 }
