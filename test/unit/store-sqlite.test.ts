@@ -113,7 +113,10 @@ describe('SQLite: page size and checkpoints', () => {
     assert.equal(pragma(store, 'wal_autocheckpoint'), 0); // the writer never checkpoints in its COMMIT
     assert.equal(pragma(store, 'journal_size_limit'), 32 * 1024 * 1024); // the WAL file cut back when it starts over
     assert.ok(store.db.checkpointer);
+    // Opening and migrating start no thread (a CLI command that only reads starts none); a commit does.
+    assert.equal(store.db.checkpointer.threadStarted, false);
     await putPair(store, { from: 'ivan', to: 'jane', timeMs: T0, nonce: 1 });
+    assert.equal(store.db.checkpointer.threadStarted, true);
     assert.equal(pragma(store, 'page_size'), 1024);
   });
 

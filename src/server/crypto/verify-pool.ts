@@ -4,9 +4,9 @@
  * loop stores one page while the next one is checked; with 0 they run inline with sodiumVerifier.
  * Answers are the same either way: a boolean per job, false for any malformed input.
  */
-import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
+import { BusyRef, evalWorker } from '../worker-thread.js';
 import { sodiumVerifier } from './verifier.js';
 
 export interface VerifyJob {
@@ -26,10 +26,10 @@ const PUBLIC_KEY_BYTES = 32;
 /** Below this many jobs a chunk is not split further across workers: a message costs more than a check. */
 const MIN_CHUNK = 32;
 
-/** The worker: CommonJS text, so it runs the same under tsx and from the built package. */
+/** The worker (../worker-thread.ts). */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
-const sodium = require(workerData.sodiumPath);
+const sodium = require(workerData.paths['sodium-native']);
 parentPort.on('message', ({ id, data, messageLengths }) => {
   const buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   const results = new Uint8Array(messageLengths.length);
@@ -72,24 +72,22 @@ export class VerifyPool implements BulkVerifier {
   private closed = false;
   /** A thread died (it should not): the rest of this pool's life checks inline. */
   private broken = false;
-  private readonly inFlight = new Map<Worker, number>();
+  /** An idle thread keeps no process alive; one with work in flight does, until its answer is back. */
+  private readonly busy = new Map<Worker, BusyRef>();
 
   constructor(threads: number) {
-    const sodiumPath = createRequire(import.meta.url).resolve('sodium-native');
     for (let i = 0; i < threads; i++) {
-      const w = new Worker(WORKER_SOURCE, { eval: true, workerData: { sodiumPath } });
+      const w = evalWorker(WORKER_SOURCE, ['sodium-native']);
       w.on('message', ({ id, results }: { id: number; results: Uint8Array }) => {
         const p = this.pending.get(id);
         this.pending.delete(id);
-        if (p) this.release(p.worker);
+        if (p) this.busy.get(p.worker)!.end();
         p?.resolve(results);
       });
       w.on('error', (err) => this.breakDown(err));
       w.on('exit', () => this.breakDown(new Error('verify thread exited')));
-      // An idle thread keeps no process alive; one with work in flight does, until its answer is back.
-      w.unref();
       this.workers.push(w);
-      this.inFlight.set(w, 0);
+      this.busy.set(w, new BusyRef(w));
     }
   }
 
@@ -133,19 +131,11 @@ export class VerifyPool implements BulkVerifier {
     });
     const id = this.nextId++;
     const worker = this.workers[this.next++ % this.workers.length]!;
-    const n = this.inFlight.get(worker)!;
-    if (n === 0) worker.ref();
-    this.inFlight.set(worker, n + 1);
+    this.busy.get(worker)!.begin();
     return new Promise<Uint8Array>((resolve, reject) => {
       this.pending.set(id, { worker, resolve, reject });
       worker.postMessage({ id, data, messageLengths }, [data.buffer, messageLengths.buffer]);
     });
-  }
-
-  private release(worker: Worker): void {
-    const n = this.inFlight.get(worker)! - 1;
-    this.inFlight.set(worker, n);
-    if (n === 0) worker.unref();
   }
 
   private breakDown(err: unknown): void {
@@ -156,7 +146,7 @@ export class VerifyPool implements BulkVerifier {
 
   private failAll(err: unknown): void {
     for (const p of this.pending.values()) {
-      this.release(p.worker);
+      this.busy.get(p.worker)!.end();
       p.reject(err);
     }
     this.pending.clear();

@@ -15,13 +15,13 @@
  * process keeps the checkpoints from finishing), the writer checkpoints on its own connection; if the
  * thread dies, the writer goes back to SQLite's own checkpoints on commit.
  */
-import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { BusyRef, evalWorker } from '../../worker-thread.js';
 
-/** The worker: CommonJS text, so it runs the same under tsx and from the built package. */
+/** The worker (../../worker-thread.ts). */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
-const Database = require(workerData.sqlitePath);
+const Database = require(workerData.paths['better-sqlite3']);
 const db = new Database(workerData.path);
 db.pragma('synchronous = FULL');
 parentPort.on('message', (step) => {
@@ -89,12 +89,15 @@ export interface CheckpointerOptions {
   onFailure: () => void;
 }
 
+/**
+ * The thread starts with the first commit: a process that opens the store only to read it (a CLI
+ * command) starts none.
+ */
 export class Checkpointer {
   readonly stats: CheckpointStats = { checkpoints: 0, restarts: 0, complete: 0, bulkMs: 0, finalMs: 0, inline: 0 };
-  private readonly worker: Worker;
+  private thread: { worker: Worker; busy: BusyRef } | null = null;
   private dirty = false;
   private running = false;
-  private holding = false;
   private timer: NodeJS.Timeout | null = null;
   private holdTimer: NodeJS.Timeout | null = null;
   /** No final pass before this time (after one that could not finish). */
@@ -106,14 +109,20 @@ export class Checkpointer {
   private walFrames = 0;
   private idleWaiters: (() => void)[] = [];
 
-  constructor(private readonly opts: CheckpointerOptions) {
-    const sqlitePath = createRequire(import.meta.url).resolve('better-sqlite3');
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { sqlitePath, path: opts.path } });
-    this.worker.on('message', (r: Reply) => this.answered(r));
-    this.worker.on('error', () => this.breakDown());
-    this.worker.on('exit', () => this.breakDown());
-    // An idle thread keeps no process alive.
-    this.worker.unref();
+  constructor(private readonly opts: CheckpointerOptions) {}
+
+  /** Whether the thread has started (it does at the first commit). */
+  get threadStarted(): boolean {
+    return this.thread !== null;
+  }
+
+  private started(): { worker: Worker; busy: BusyRef } {
+    if (this.thread) return this.thread;
+    const worker = evalWorker(WORKER_SOURCE, ['better-sqlite3'], { path: this.opts.path });
+    worker.on('message', (r: Reply) => this.answered(r));
+    worker.on('error', () => this.breakDown());
+    worker.on('exit', () => this.breakDown());
+    return (this.thread = { worker, busy: new BusyRef(worker) });
   }
 
   /** Called after each commit of the writer. */
@@ -158,8 +167,9 @@ export class Checkpointer {
     this.dirty = false;
     this.running = true;
     this.lastStart = performance.now();
-    this.worker.ref();
-    this.worker.postMessage('bulk' satisfies Step);
+    const { worker, busy } = this.started();
+    busy.begin(); // until the turn ends
+    worker.postMessage('bulk' satisfies Step);
   }
 
   private answered(r: Reply): void {
@@ -177,7 +187,7 @@ export class Checkpointer {
         this.setHold(true);
         this.holdTimer = setTimeout(() => this.setHold(false), MAX_HOLD_MS);
         this.holdTimer.unref();
-        this.worker.postMessage('final' satisfies Step);
+        this.thread!.worker.postMessage('final' satisfies Step);
         return;
       }
     } else {
@@ -191,7 +201,7 @@ export class Checkpointer {
     if (r.error === undefined) this.stats.checkpoints++;
     this.setHold(false);
     this.running = false;
-    if (!this.closed) this.worker.unref(); // close() keeps it until it exits
+    this.thread!.busy.end();
     this.schedule();
     if (!this.running && !this.dirty) for (const w of this.idleWaiters.splice(0)) w();
   }
@@ -201,8 +211,6 @@ export class Checkpointer {
       clearTimeout(this.holdTimer);
       this.holdTimer = null;
     }
-    if (this.holding === held) return;
-    this.holding = held;
     this.opts.hold(held);
   }
 
@@ -225,10 +233,11 @@ export class Checkpointer {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     this.dirty = false;
-    if (!this.broken) {
-      const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
-      this.worker.ref();
-      this.worker.postMessage('close');
+    if (this.thread && !this.broken) {
+      const { worker, busy } = this.thread;
+      const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
+      busy.begin(); // until it exits
+      worker.postMessage('close');
       await exited;
     }
     this.setHold(false);
@@ -237,7 +246,8 @@ export class Checkpointer {
 
   /** Ends the thread at once, as a crash would (tests of the fallback). */
   async kill(): Promise<void> {
-    this.worker.ref(); // an unref'd thread's exit would not keep the caller's process waiting for it
-    await this.worker.terminate();
+    const { worker, busy } = this.started();
+    busy.begin(); // an unref'd thread's exit would not keep the caller's process waiting for it
+    await worker.terminate();
   }
 }
