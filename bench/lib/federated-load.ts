@@ -4,7 +4,8 @@
  * that is late, its worker. Measures
  *  - throughput: `clients` concurrent senders with `window` requests in flight each, pairs/s counted
  *    from the first send until the last pair is `delivered` (answer or DmDeliveryStateChanged event);
- *  - fixedRate: `rate` pairs/s for `seconds` s, p50/p99/max latency from send to `delivered`;
+ *  - fixedRate: `rate` pairs/s for `seconds` s, p50/p99/max latency from send to `delivered`, and
+ *    each server's garbage-collection pauses meanwhile (prom-client's nodejs_gc_duration_seconds);
  * with both servers' CPU (percent of one core, per phase) and peak RSS. Client, A and B share the
  * machine's cores. Both servers get the per-connection rate limit lifted (UNLIMITED_RATE): the default
  * 200 requests/s would measure the limit (429s), not the delivery path.
@@ -59,9 +60,21 @@ export interface FederatedSendResult {
     sendToDeliveredMsMax: number;
     errors: Record<string, number>;
     cpuPercentOfOneCore: { A: number; B: number };
+    /** The main thread's GC pauses on each server during the phase (worker threads' GCs pause only them). */
+    gcPauses: { A: GcPauses; B: GcPauses };
   };
   peakRssMiB: { A: number; B: number };
 }
+
+/** Pauses of one GC kind: how many, their total, and how many took 10 ms or more. */
+interface GcKindPauses {
+  count: number;
+  ms: number;
+  atLeast10ms: number;
+}
+
+/** Young-generation collections (scavenges) and full mark-compact collections. */
+type GcPauses = { minor: GcKindPauses; major: GcKindPauses };
 
 const DELIVERY_DEADLINE_MS = 60_000;
 
@@ -125,13 +138,46 @@ async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Pro
   }
 }
 
-/** A server's database commits and committed writes so far, from its /metrics. */
-async function commitStats(s: ServerProcess): Promise<{ commits: number; writes: number }> {
+interface ServerStats {
+  commits: number;
+  writes: number;
+  gc: GcPauses;
+}
+
+/**
+ * A server's database commits and committed writes so far, and its GC pauses since the first call, from
+ * its /metrics (the process metrics start at the first scrape and are rendered at most once a second).
+ */
+async function serverStats(s: ServerProcess): Promise<ServerStats> {
   // Once more on a failure: the first try may reuse a kept-alive socket the server has just closed.
   const get = async (): Promise<string> => (await fetch(`${s.httpUrl}/metrics`)).text();
   const text = await get().catch(get);
-  const read = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
-  return { commits: read('shine_db_commits_total'), writes: read('shine_db_writes_total') };
+  const read = (line: string): number => {
+    const at = text.indexOf(`\n${line} `);
+    return at < 0 ? 0 : Number(text.slice(at + line.length + 2, text.indexOf('\n', at + 1)));
+  };
+  const gc = (kind: string): GcKindPauses => {
+    const count = read(`nodejs_gc_duration_seconds_count{kind="${kind}"}`);
+    return {
+      count,
+      ms: read(`nodejs_gc_duration_seconds_sum{kind="${kind}"}`) * 1000,
+      atLeast10ms: count - read(`nodejs_gc_duration_seconds_bucket{le="0.01",kind="${kind}"}`),
+    };
+  };
+  return {
+    commits: read('shine_db_commits_total'),
+    writes: read('shine_db_writes_total'),
+    gc: { minor: gc('minor'), major: gc('major') },
+  };
+}
+
+function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
+  const kind = (b: GcKindPauses, a: GcKindPauses): GcKindPauses => ({
+    count: a.count - b.count,
+    ms: Number((a.ms - b.ms).toFixed(1)),
+    atLeast10ms: a.atLeast10ms - b.atLeast10ms,
+  });
+  return { minor: kind(before.minor, after.minor), major: kind(before.major, after.major) };
 }
 
 function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
@@ -179,7 +225,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
 
     // 1. Throughput until delivered.
     let cpu0 = servers.map((s) => s.cpuMs());
-    const commits0 = await Promise.all(servers.map(commitStats));
+    const commits0 = await Promise.all(servers.map(serverStats));
     let t0 = performance.now();
     await Promise.all(
       clients.map(async (c, i) => {
@@ -192,7 +238,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     );
     const answeredMs = performance.now() - t0;
     let doneMs = (await tracker.allDelivered()) - t0;
-    const commits1 = await Promise.all(servers.map(commitStats));
+    const commits1 = await Promise.all(servers.map(serverStats));
     const [ca, cb] = commits1.map((c, i) => ({
       commits: c.commits - commits0[i]!.commits,
       writes: c.writes - commits0[i]!.writes,
@@ -227,6 +273,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const sendingMs = performance.now() - t0;
     await Promise.all(inFlight);
     doneMs = (await tracker.allDelivered()) - t0;
+    const stats2 = await Promise.all(servers.map(serverStats));
     const lat = tracker.latenciesMs();
     const fixedRate = {
       targetPairsPerSec: RATE,
@@ -238,6 +285,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsMax: Number(lat.at(-1)!.toFixed(1)),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+      gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
     };
 
     return {

@@ -1,9 +1,12 @@
 /** The CLI's help, exit codes, login rule and identities folder, without a server. */
 // test.mjs: no store (it starts no SHiNE server, so the PostgreSQL pass skips it)
 import assert from 'node:assert/strict';
-import { statSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
 import { CliHome } from '../helpers/cli.js';
 
 describe('CLI: help and usage errors', () => {
@@ -63,5 +66,23 @@ describe('CLI: help and usage errors', () => {
     assert.equal(again.code, 1);
     assert.match(again.stderr, /erin\.identity\.json exists; refusing to overwrite/);
     assert.match((await home.run(['identity', 'list'])).stdout, /^erin$/m);
+  });
+
+  it('the installed `shine` runs Node.js with a 32 MiB young generation', async () => {
+    // bin/shine.js run as a program (as npm's bin link runs it), beside a stand-in for the built CLI that
+    // prints the flags its Node.js got.
+    const dir = mkdtempSync(join(tmpdir(), 'shine-bin-'));
+    try {
+      mkdirSync(join(dir, 'bin'));
+      mkdirSync(join(dir, 'dist', 'cli'), { recursive: true });
+      copyFileSync('bin/shine.js', join(dir, 'bin', 'shine.js'));
+      writeFileSync(join(dir, 'package.json'), '{"type":"module"}');
+      writeFileSync(join(dir, 'dist', 'cli', 'main.js'), 'console.log(JSON.stringify(process.execArgv));');
+      const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}` };
+      const { stdout } = await promisify(execFile)(join(dir, 'bin', 'shine.js'), ['serve'], { env });
+      assert.deepEqual(JSON.parse(stdout), ['--max-semi-space-size=32']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
