@@ -89,10 +89,17 @@ export interface ServerProcessOptions {
 }
 
 /**
- * Extra Node.js flags for every server process, from SHINE_SERVER_NODE_ARGS (space-separated), e.g.
- * `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile the servers a benchmark starts.
+ * Node.js flags for every server process: those of the installed `shine` (the first line of bin/shine.js),
+ * so that servers run here as `shine serve` runs them, then SHINE_SERVER_NODE_ARGS (space-separated; a
+ * later V8 flag wins), e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile the servers a benchmark starts.
  */
-const nodeArgs = (process.env.SHINE_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+const nodeArgs = [
+  ...readFileSync(new URL('../../bin/shine.js', import.meta.url), 'utf8')
+    .split('\n')[0]!
+    .split(' ')
+    .filter((word) => word.startsWith('--')),
+  ...(process.env.SHINE_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean),
+];
 
 export async function startServerProcess(opts: ServerProcessOptions = {}): Promise<ServerProcess> {
   const port = opts.port ?? (await freePort());
