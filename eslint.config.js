@@ -23,4 +23,11 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
     },
   },
+  {
+    // CommonJS files loaded with `node --require` (bench/lib/tail-probe.cjs): outside the TypeScript project.
+    files: ['**/*.cjs'],
+    extends: [tseslint.configs.disableTypeChecked],
+    languageOptions: { sourceType: 'commonjs', parserOptions: { projectService: false } },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
 );

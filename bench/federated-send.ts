@@ -7,7 +7,8 @@
  * (BENCH_SYNC=normal for NORMAL).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_RATE (200),
- * BENCH_SECONDS (10), BENCH_SYNC (full).
+ * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
+ * stalls of A, B and this process the pairs at or above the p99 overlapped, bench/lib/tail.ts).
  */
 import { machine } from './lib/machine.js';
 import { runFederatedSend } from './lib/federated-load.js';
@@ -22,6 +23,7 @@ const r = await runFederatedSend({
   rate: Number(process.env.BENCH_RATE ?? 200),
   seconds: Number(process.env.BENCH_SECONDS ?? 10),
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
+  tail: process.env.BENCH_TAIL === '1',
 });
 console.log(
   JSON.stringify({

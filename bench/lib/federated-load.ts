@@ -20,6 +20,8 @@ import { messageKeyOf } from '../../src/protocol/container.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
 import { UNLIMITED_RATE } from './send-load.js';
+import type { PairTiming, TailReport } from './tail.js';
+import { startTailRecording, tailReport } from './tail.js';
 
 export interface FederatedSendOptions {
   clients: number;
@@ -31,6 +33,8 @@ export interface FederatedSendOptions {
   rate: number;
   seconds: number;
   sync: 'full' | 'normal';
+  /** Record every process's GC pauses and event-loop stalls and say which the slowest pairs overlapped (bench/lib/tail.ts). */
+  tail?: boolean;
 }
 
 export interface FederatedSendResult {
@@ -62,6 +66,8 @@ export interface FederatedSendResult {
     cpuPercentOfOneCore: { A: number; B: number };
     /** The main thread's GC pauses on each server during the phase (worker threads' GCs pause only them). */
     gcPauses: { A: GcPauses; B: GcPauses };
+    /** With `tail`: what the pairs at or above the p99 overlapped. */
+    tail?: TailReport;
   };
   peakRssMiB: { A: number; B: number };
 }
@@ -112,6 +118,14 @@ class Tracker {
     });
     await Promise.race([all, timeout]);
     return Math.max(...this.deliveredAt.values());
+  }
+
+  /** Each pair's send time (ms since the epoch) and latency, for bench/lib/tail.ts. */
+  timings(): PairTiming[] {
+    return [...this.sentAt].map(([k, t]) => ({
+      sentAtMs: performance.timeOrigin + t,
+      ms: this.deliveredAt.get(k)! - t,
+    }));
   }
 
   latenciesMs(): number[] {
@@ -190,9 +204,11 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
   const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
   writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
+  const tail = opts.tail ? startTailRecording() : null;
   const servers = await startFederatedProcesses([{ serverLogin: 'alpha' }, { serverLogin: 'beta' }], {
     SHINE_SQLITE_SYNC: opts.sync,
     SHINE_CONFIG_FILE: configFile,
+    ...tail?.serverEnv,
   });
   const [a, b] = servers as [ServerProcess, ServerProcess];
   const clients: ShineClient[] = [];
@@ -286,6 +302,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
+      ...(tail ? { tail: tailReport(tracker.timings(), { A: a.pid, B: b.pid, client: process.pid }, tail.dir) } : {}),
     };
 
     return {

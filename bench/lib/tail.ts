@@ -1,0 +1,120 @@
+/**
+ * What the slowest pairs of a fixed-rate phase waited for (BENCH_TAIL=1 in bench/lib/federated-load.ts).
+ * Each process (both servers and the bench itself) records its GC pauses and event-loop stalls with
+ * ./tail-probe.cjs; afterwards every pair at or above the p99 is matched against the pauses that overlap
+ * its time from send to `delivered`. A pair overlapping a GC pause counts for GC, one overlapping only a
+ * stall for the stall; a pair can count for several processes.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** One pair: when it was sent (ms since the epoch) and how long until its sender learnt `delivered`. */
+export interface PairTiming {
+  sentAtMs: number;
+  ms: number;
+}
+
+interface Pause {
+  kind: 'gc' | 'stall';
+  atMs: number;
+  ms: number;
+}
+
+/** Pauses of one process during the phase, and the slow pairs they overlapped. */
+export interface ProcessTail {
+  gcPauses: number;
+  gcMs: number;
+  /** Event-loop stalls of 3 ms or more (GC pauses included). */
+  stalls: number;
+  stallMs: number;
+  slowPairsOverGc: number;
+  slowPairsOverStallOnly: number;
+}
+
+export interface TailReport {
+  what: string;
+  /** Pairs at or above the phase's p99. */
+  slowPairs: number;
+  /** Slow pairs that overlapped no pause of any process. */
+  slowPairsOverNoPause: number;
+  byProcess: Record<string, ProcessTail>;
+  /** The p99 of the pairs that overlapped no pause of any process (what the rest of the path gives). */
+  p99WithoutPausedPairsMs: number;
+}
+
+/** Starts recording: returns the environment the servers need and the recorder of this process. */
+export function startTailRecording(): { serverEnv: Record<string, string>; dir: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'shine-bench-tail-'));
+  const probe = new URL('./tail-probe.cjs', import.meta.url).pathname;
+  process.env.SHINE_BENCH_TAIL_DIR = dir;
+  createRequire(import.meta.url)(probe);
+  return { serverEnv: { SHINE_BENCH_TAIL_DIR: dir, NODE_OPTIONS: `--require ${probe}` }, dir };
+}
+
+function readPauses(dir: string, pid: number): Pause[] {
+  let text = '';
+  try {
+    text = readFileSync(join(dir, `${pid}.log`), 'utf8');
+  } catch {
+    return [];
+  }
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const [kind, at, ms] = line.split(' ');
+      return { kind: kind as Pause['kind'], atMs: Number(at), ms: Number(ms) };
+    });
+}
+
+const pct = (sorted: number[], p: number): number =>
+  sorted.length === 0 ? 0 : Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
+
+/** Matches the slow pairs against the pauses of the named processes (pid by name), then removes the logs. */
+export function tailReport(pairs: PairTiming[], processes: Record<string, number>, dir: string): TailReport {
+  const from = Math.min(...pairs.map((p) => p.sentAtMs));
+  const to = Math.max(...pairs.map((p) => p.sentAtMs + p.ms));
+  const pauses = Object.fromEntries(
+    Object.entries(processes).map(([name, pid]) => [
+      name,
+      readPauses(dir, pid).filter((p) => p.atMs + p.ms > from && p.atMs < to),
+    ]),
+  );
+  rmSync(dir, { recursive: true, force: true });
+  const overlaps = (pair: PairTiming, p: Pause): boolean =>
+    p.atMs < pair.sentAtMs + pair.ms && p.atMs + p.ms > pair.sentAtMs;
+  const p99 = pct(
+    pairs.map((p) => p.ms).sort((a, b) => a - b),
+    0.99,
+  );
+  const slow = pairs.filter((p) => p.ms >= p99);
+  const byProcess: Record<string, ProcessTail> = {};
+  for (const [name, list] of Object.entries(pauses)) {
+    const gcs = list.filter((p) => p.kind === 'gc');
+    const stalls = list.filter((p) => p.kind === 'stall');
+    const overGc = slow.filter((pair) => gcs.some((p) => overlaps(pair, p)));
+    byProcess[name] = {
+      gcPauses: gcs.length,
+      gcMs: Number(gcs.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+      stalls: stalls.length,
+      stallMs: Number(stalls.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+      slowPairsOverGc: overGc.length,
+      slowPairsOverStallOnly: slow.filter((pair) => !overGc.includes(pair) && stalls.some((p) => overlaps(pair, p)))
+        .length,
+    };
+  }
+  const all = Object.values(pauses).flat();
+  const unpaused = pairs.filter((pair) => !all.some((p) => overlaps(pair, p)));
+  return {
+    what: "pairs at or above the p99 against each process's main-thread GC pauses and event-loop stalls of 3 ms or more (bench/lib/tail-probe.cjs: a 1 ms timer in each process)",
+    slowPairs: slow.length,
+    slowPairsOverNoPause: slow.filter((pair) => !all.some((p) => overlaps(pair, p))).length,
+    byProcess,
+    p99WithoutPausedPairsMs: pct(
+      unpaused.map((p) => p.ms).sort((a, b) => a - b),
+      0.99,
+    ),
+  };
+}
