@@ -1,0 +1,67 @@
+/**
+ * The tail probe of bench/federated-send.ts (BENCH_TAIL=1): a real process with the probe loaded logs a
+ * stall it was held for, and the report counts each slow pair against the pauses that overlap it.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { tailReport } from '../../bench/lib/tail.js';
+
+const probe = new URL('../../bench/lib/tail-probe.cjs', import.meta.url).pathname;
+
+describe('bench tail probe', () => {
+  it('logs an event-loop stall of a process it is loaded into, with its wall-clock time', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'shine-tail-test-'));
+    // The child lets its 1 ms timer run, holds its event loop for 40 ms, then lets the timer fire again.
+    const script = `
+      const { writeFileSync } = require('node:fs');
+      setTimeout(() => {
+        const from = Date.now();
+        while (Date.now() - from < 40) {}
+        writeFileSync(${JSON.stringify(join(dir, 'held'))}, String(from));
+        setTimeout(() => {}, 20);
+      }, 20);`;
+    const r = spawnSync(process.execPath, ['--require', probe, '-e', script], {
+      env: { ...process.env, SHINE_BENCH_TAIL_DIR: dir },
+    });
+    assert.equal(r.status, 0, String(r.stderr));
+    const heldAt = Number(readFileSync(join(dir, 'held'), 'utf8'));
+    const stalls = readFileSync(join(dir, `${r.pid}.log`), 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('stall '))
+      .map((line) => line.split(' ').map(Number));
+    assert.ok(
+      stalls.some(([, at, ms]) => ms! >= 35 && Math.abs(at! - heldAt) < 15),
+      `a stall of about 40 ms at ${heldAt}: ${JSON.stringify(stalls)}`,
+    );
+  });
+
+  it('counts each slow pair against the GC pauses and stalls that overlap it', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'shine-tail-test-'));
+    writeFileSync(join(dir, '100.log'), 'gc 1000.00 4.00\nstall 2000.00 5.00\n');
+    writeFileSync(join(dir, '200.log'), 'stall 3000.00 6.00\n');
+    // 198 pairs of 1 ms that overlap no pause, and three slow ones: the p99 (9 ms) takes all three.
+    const pairs = Array.from({ length: 198 }, (_, i) => ({ sentAtMs: i * 20 + 10, ms: 1 }));
+    pairs.push({ sentAtMs: 998, ms: 10 }); // over A's GC pause
+    pairs.push({ sentAtMs: 2995, ms: 9 }); // over B's stall
+    pairs.push({ sentAtMs: 3500, ms: 9 }); // over nothing
+    const report = tailReport(pairs, { A: 100, B: 200 }, dir);
+    assert.equal(report.slowPairs, 3);
+    assert.equal(report.slowPairsOverNoPause, 1);
+    assert.deepEqual(report.byProcess.A, {
+      gcPauses: 1,
+      gcMs: 4,
+      stalls: 1,
+      stallMs: 5,
+      slowPairsOverGc: 1,
+      slowPairsOverStallOnly: 0,
+    });
+    assert.equal(report.byProcess.B!.slowPairsOverStallOnly, 1);
+    assert.equal(report.byProcess.B!.slowPairsOverGc, 0);
+    // Without the two paused pairs, one slow pair in 199 is below the p99.
+    assert.equal(report.p99WithoutPausedPairsMs, 1);
+  });
+});
