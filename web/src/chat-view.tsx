@@ -286,7 +286,9 @@ export function Composer(props: {
   const [text, setText] = useState('');
   const [busy, setBusy] = useState(false);
   const input = useRef<HTMLTextAreaElement>(null);
-  useEffect(() => {
+  // In the commit that shows the edit, not after the next paint: text typed at once after "Edit" (or a
+  // message sent at once after the edit is saved) must not be overwritten by the message's old text.
+  useLayoutEffect(() => {
     setText(props.editing?.text ?? '');
     input.current?.focus();
   }, [props.editing]);
