@@ -19,6 +19,7 @@ import { ShineClientError, createIdentity, textPair } from '../../src/client/ind
 import { messageKeyOf } from '../../src/protocol/container.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
+import { ascending, pct } from './percentile.js';
 import { UNLIMITED_RATE } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
 import { startTailRecording, tailReport } from './tail.js';
@@ -129,12 +130,9 @@ class Tracker {
   }
 
   latenciesMs(): number[] {
-    return [...this.sentAt].map(([k, t]) => this.deliveredAt.get(k)! - t).sort((a, b) => a - b);
+    return ascending(this.timings().map((t) => t.ms));
   }
 }
-
-const pct = (sorted: number[], p: number): number =>
-  Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
 
 /** Sends one pair and records its answer; a `delivered` answer counts as the delivery. */
 async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {

@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ascending, pct } from './percentile.js';
 
 /** One pair: when it was sent (ms since the epoch) and how long until its sender learnt `delivered`. */
 export interface PairTiming {
@@ -44,7 +45,10 @@ export interface TailReport {
   p99WithoutPausedPairsMs: number;
 }
 
-/** Starts recording: returns the environment the servers need and the recorder of this process. */
+/**
+ * Starts recording in this process (the probe, required here) and returns the environment that makes the
+ * servers load it too, and the folder the logs go to.
+ */
 export function startTailRecording(): { serverEnv: Record<string, string>; dir: string } {
   const dir = mkdtempSync(join(tmpdir(), 'shine-bench-tail-'));
   const probe = new URL('./tail-probe.cjs', import.meta.url).pathname;
@@ -69,9 +73,6 @@ function readPauses(dir: string, pid: number): Pause[] {
     });
 }
 
-const pct = (sorted: number[], p: number): number =>
-  sorted.length === 0 ? 0 : Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
-
 /** Matches the slow pairs against the pauses of the named processes (pid by name), then removes the logs. */
 export function tailReport(pairs: PairTiming[], processes: Record<string, number>, dir: string): TailReport {
   const from = Math.min(...pairs.map((p) => p.sentAtMs));
@@ -85,36 +86,29 @@ export function tailReport(pairs: PairTiming[], processes: Record<string, number
   rmSync(dir, { recursive: true, force: true });
   const overlaps = (pair: PairTiming, p: Pause): boolean =>
     p.atMs < pair.sentAtMs + pair.ms && p.atMs + p.ms > pair.sentAtMs;
-  const p99 = pct(
-    pairs.map((p) => p.ms).sort((a, b) => a - b),
-    0.99,
-  );
+  const p99 = pct(ascending(pairs.map((p) => p.ms)), 0.99);
   const slow = pairs.filter((p) => p.ms >= p99);
   const byProcess: Record<string, ProcessTail> = {};
   for (const [name, list] of Object.entries(pauses)) {
     const gcs = list.filter((p) => p.kind === 'gc');
     const stalls = list.filter((p) => p.kind === 'stall');
-    const overGc = slow.filter((pair) => gcs.some((p) => overlaps(pair, p)));
+    const overGc = new Set(slow.filter((pair) => gcs.some((p) => overlaps(pair, p))));
     byProcess[name] = {
       gcPauses: gcs.length,
       gcMs: Number(gcs.reduce((s, p) => s + p.ms, 0).toFixed(1)),
       stalls: stalls.length,
       stallMs: Number(stalls.reduce((s, p) => s + p.ms, 0).toFixed(1)),
-      slowPairsOverGc: overGc.length,
-      slowPairsOverStallOnly: slow.filter((pair) => !overGc.includes(pair) && stalls.some((p) => overlaps(pair, p)))
-        .length,
+      slowPairsOverGc: overGc.size,
+      slowPairsOverStallOnly: slow.filter((pair) => !overGc.has(pair) && stalls.some((p) => overlaps(pair, p))).length,
     };
   }
   const all = Object.values(pauses).flat();
-  const unpaused = pairs.filter((pair) => !all.some((p) => overlaps(pair, p)));
+  const unpaused = new Set(pairs.filter((pair) => !all.some((p) => overlaps(pair, p))));
   return {
     what: "pairs at or above the p99 against each process's main-thread GC pauses and event-loop stalls of 3 ms or more (bench/lib/tail-probe.cjs: a 1 ms timer in each process)",
     slowPairs: slow.length,
-    slowPairsOverNoPause: slow.filter((pair) => !all.some((p) => overlaps(pair, p))).length,
+    slowPairsOverNoPause: slow.filter((pair) => unpaused.has(pair)).length,
     byProcess,
-    p99WithoutPausedPairsMs: pct(
-      unpaused.map((p) => p.ms).sort((a, b) => a - b),
-      0.99,
-    ),
+    p99WithoutPausedPairsMs: pct(ascending([...unpaused].map((p) => p.ms)), 0.99),
   };
 }

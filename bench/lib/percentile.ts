@@ -1,0 +1,6 @@
+/** The p-quantile (0–1) of ascending `sorted`, to 0.1; 0 for an empty list. */
+export const pct = (sorted: number[], p: number): number =>
+  sorted.length === 0 ? 0 : Number(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!.toFixed(1));
+
+/** The values in ascending order (a copy). */
+export const ascending = (values: number[]): number[] => [...values].sort((a, b) => a - b);
