@@ -8,14 +8,18 @@
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_RATE (200),
  * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
- * stalls of A, B and this process the pairs at or above the p99 overlapped, bench/lib/tail.ts).
+ * stalls of A, B, this process and an idle witness process the pairs at or above the p99 overlapped,
+ * bench/lib/tail.ts; and `stallFloor`: an idle process's stalls in 10 s before the servers start).
  */
 import { machine } from './lib/machine.js';
 import { runFederatedSend } from './lib/federated-load.js';
 import { fsyncFloor } from './lib/fsync-floor.js';
+import { idleStallFloor } from './lib/tail.js';
 
 // The disk's floor under target 2, measured before the servers start.
 const floor = await fsyncFloor({ perSec: Number(process.env.BENCH_RATE ?? 200) });
+// With BENCH_TAIL=1, the machine's own stalls too: an idle process's, for 10 s.
+const stallFloor = process.env.BENCH_TAIL === '1' ? await idleStallFloor(10) : undefined;
 const r = await runFederatedSend({
   clients: Number(process.env.BENCH_CLIENTS ?? 20),
   pairs: Number(process.env.BENCH_PAIRS ?? 150),
@@ -37,5 +41,6 @@ console.log(
     fixedRate: r.fixedRate,
     peakRssMiB: r.peakRssMiB,
     fsyncFloor: floor,
+    ...(stallFloor ? { stallFloor } : {}),
   }),
 );

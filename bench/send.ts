@@ -25,18 +25,24 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
     env: { SHINE_SQLITE_SYNC: sync, SHINE_LOG_LEVEL: 'warn', SHINE_CONFIG_FILE: configFile },
   });
   let cpu0 = 0;
+  let clientCpu0 = process.cpuUsage();
   const r = await runSendLoad({
     wsUrls: [server.wsUrl],
     clients: CLIENTS,
     pairsPerClient: PAIRS,
     window: WINDOW,
-    onStart: () => (cpu0 = server.cpuMs()),
+    onStart: () => {
+      cpu0 = server.cpuMs();
+      clientCpu0 = process.cpuUsage();
+    },
   });
   const cpuMs = server.cpuMs() - cpu0;
+  const clientCpu = process.cpuUsage(clientCpu0);
   return {
     durability: sync === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
     ...r,
     serverCpuPercent: Math.round((cpuMs / (r.seconds * 1000)) * 100),
+    clientCpuPercent: Math.round((clientCpu.user + clientCpu.system) / 1000 / (r.seconds * 10)),
     serverPeakRssMiB: Math.round(server.peakRssKiB() / 1024),
   };
 }

@@ -10,7 +10,7 @@
  * machine's cores. Both servers get the per-connection rate limit lifted (UNLIMITED_RATE): the default
  * 200 requests/s would measure the limit (429s), not the delivery path.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -67,6 +67,11 @@ export interface FederatedSendResult {
     cpuPercentOfOneCore: { A: number; B: number };
     /** The main thread's GC pauses on each server during the phase (worker threads' GCs pause only them). */
     gcPauses: { A: GcPauses; B: GcPauses };
+    /**
+     * How long each server's main thread was ready to run but waited for a core (Linux's
+     * /proc/<pid>/task/<pid>/schedstat), in ms during the phase; null where that file cannot be read.
+     */
+    mainThreadWaitedForCoreMs: { A: number | null; B: number | null };
     /** With `tail`: what the pairs at or above the p99 overlapped. */
     tail?: TailReport;
   };
@@ -192,6 +197,23 @@ function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
   return { minor: kind(before.minor, after.minor), major: kind(before.major, after.major) };
 }
 
+/** Time the process's main thread has spent runnable but not running (ns → ms), or null off Linux. */
+function runQueueWaitMs(pid: number): number | null {
+  try {
+    return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6;
+  } catch {
+    return null;
+  }
+}
+
+function waitedBetween(before: (number | null)[], servers: ServerProcess[]): { A: number | null; B: number | null } {
+  const [a, b] = servers.map((s, i) => {
+    const now = runQueueWaitMs(s.pid);
+    return now === null || before[i] === null ? null : Math.round(now - before[i]!);
+  });
+  return { A: a!, B: b! };
+}
+
 function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
   const [a, b] = servers.map((s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
   return { A: a!, B: b! };
@@ -276,6 +298,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     // 2. Latency at a fixed rate, round-robin over the senders.
     tracker = new Tracker();
     cpu0 = servers.map((s) => s.cpuMs());
+    const waited0 = servers.map((s) => runQueueWaitMs(s.pid));
     t0 = performance.now();
     const inFlight: Promise<void>[] = [];
     for (let n = 0; n < total; n++) {
@@ -300,7 +323,16 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
-      ...(tail ? { tail: tailReport(tracker.timings(), { A: a.pid, B: b.pid, client: process.pid }, tail.dir) } : {}),
+      mainThreadWaitedForCoreMs: waitedBetween(waited0, servers),
+      ...(tail
+        ? {
+            tail: tailReport(
+              tracker.timings(),
+              { A: a.pid, B: b.pid, client: process.pid, idle: tail.idlePid },
+              tail.dir,
+            ),
+          }
+        : {}),
     };
 
     return {
@@ -315,5 +347,6 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   } finally {
     await Promise.all(clients.map((c) => c.close()));
     await Promise.all(servers.map((s) => s.close()));
+    tail?.stop();
   }
 }

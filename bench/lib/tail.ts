@@ -3,8 +3,10 @@
  * Each process (both servers and the bench itself) records its GC pauses and event-loop stalls with
  * ./tail-probe.cjs; afterwards every pair at or above the p99 is matched against the pauses that overlap
  * its time from send to `delivered`. A pair overlapping a GC pause counts for GC, one overlapping only a
- * stall for the stall; a pair can count for several processes.
+ * stall for the stall; a pair can count for several processes. An idle witness process carries the probe
+ * as well: its stalls are the machine's, not any server's.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -45,16 +47,70 @@ export interface TailReport {
   p99WithoutPausedPairsMs: number;
 }
 
+const probe = new URL('./tail-probe.cjs', import.meta.url).pathname;
+
 /**
- * Starts recording in this process (the probe, required here) and returns the environment that makes the
- * servers load it too, and the folder the logs go to.
+ * A process that does nothing but carry the probe: its stalls are what the machine does to any event
+ * loop at that moment (a core taken by another process, or the virtual machine's CPU not running).
  */
-export function startTailRecording(): { serverEnv: Record<string, string>; dir: string } {
+function startIdleWitness(dir: string): ChildProcess {
+  // It lives until its stdin closes: when stopped, or when the bench exits or dies.
+  const idle = spawn(
+    process.execPath,
+    ['--require', probe, '-e', "process.stdin.on('end', () => process.exit()).resume()"],
+    {
+      env: { ...process.env, SHINE_BENCH_TAIL_DIR: dir },
+      stdio: ['pipe', 'ignore', 'ignore'],
+    },
+  );
+  idle.unref();
+  (idle.stdin as unknown as { unref(): void }).unref();
+  return idle;
+}
+
+/**
+ * Starts recording in this process (the probe, required here) and in an idle witness process, and returns
+ * the environment that makes the servers load it too, the folder the logs go to, the witness's pid and
+ * how to stop it.
+ */
+export function startTailRecording(): {
+  serverEnv: Record<string, string>;
+  dir: string;
+  idlePid: number;
+  stop: () => void;
+} {
   const dir = mkdtempSync(join(tmpdir(), 'shine-bench-tail-'));
-  const probe = new URL('./tail-probe.cjs', import.meta.url).pathname;
   process.env.SHINE_BENCH_TAIL_DIR = dir;
   createRequire(import.meta.url)(probe);
-  return { serverEnv: { SHINE_BENCH_TAIL_DIR: dir, NODE_OPTIONS: `--require ${probe}` }, dir };
+  const idle = startIdleWitness(dir);
+  return {
+    serverEnv: { SHINE_BENCH_TAIL_DIR: dir, NODE_OPTIONS: `--require ${probe}` },
+    dir,
+    idlePid: idle.pid!,
+    stop: () => idle.stdin!.end(),
+  };
+}
+
+/** The stalls an idle process saw in `seconds` with nothing else of the bench running: the machine's own floor. */
+export async function idleStallFloor(
+  seconds: number,
+): Promise<{ what: string; seconds: number; stalls: number; stallMs: number; maxMs: number }> {
+  const dir = mkdtempSync(join(tmpdir(), 'shine-bench-idle-'));
+  const idle = startIdleWitness(dir);
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  const exited = new Promise((resolve) => idle.once('exit', resolve));
+  idle.ref(); // waited for: it keeps this process alive until it has exited
+  idle.stdin!.end();
+  await exited;
+  const stalls = readPauses(dir, idle.pid!).filter((p) => p.kind === 'stall');
+  rmSync(dir, { recursive: true, force: true });
+  return {
+    what: 'event-loop stalls of 3 ms or more in an idle process with the tail probe, before the servers start',
+    seconds,
+    stalls: stalls.length,
+    stallMs: Number(stalls.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+    maxMs: Number(Math.max(0, ...stalls.map((p) => p.ms)).toFixed(1)),
+  };
 }
 
 function readPauses(dir: string, pid: number): Pause[] {

@@ -4,11 +4,12 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { tailReport } from '../../bench/lib/tail.js';
+import { startTailRecording, tailReport } from '../../bench/lib/tail.js';
 
 const probe = new URL('../../bench/lib/tail-probe.cjs', import.meta.url).pathname;
 
@@ -63,5 +64,47 @@ describe('bench tail probe', () => {
     assert.equal(report.byProcess.B!.slowPairsOverGc, 0);
     // Without the two paused pairs, one slow pair in 199 is below the p99.
     assert.equal(report.p99WithoutPausedPairsMs, 1);
+  });
+
+  it('runs an idle witness process with the probe until stopped, and not past the bench that started it', async () => {
+    const alive = (pid: number): boolean => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const gone = async (pid: number): Promise<void> => {
+      for (let i = 0; i < 200 && alive(pid); i++) await sleep(25);
+      assert.equal(alive(pid), false, `process ${pid} still runs`);
+    };
+    const before = process.env.SHINE_BENCH_TAIL_DIR;
+    const recording = startTailRecording();
+    try {
+      assert.equal(alive(recording.idlePid), true);
+      recording.stop();
+      await gone(recording.idlePid);
+    } finally {
+      // The probe loaded into this process stops writing once its folder is gone.
+      rmSync(recording.dir, { recursive: true, force: true });
+      if (before === undefined) delete process.env.SHINE_BENCH_TAIL_DIR;
+      else process.env.SHINE_BENCH_TAIL_DIR = before;
+    }
+    // A bench that exits without stopping it (a crash, an exception) takes its witness with it.
+    const tail = new URL('../../bench/lib/tail.ts', import.meta.url).href;
+    const r = spawnSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        `const { startTailRecording } = await import(${JSON.stringify(tail)}); console.log(startTailRecording().idlePid);`,
+      ],
+      { encoding: 'utf8' },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    await gone(Number(r.stdout.trim()));
   });
 });
