@@ -198,7 +198,7 @@ function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
 }
 
 /** Time the process's main thread has spent runnable but not running (ns → ms), or null off Linux. */
-function runQueueWaitMs(pid: number): number | null {
+export function runQueueWaitMs(pid: number): number | null {
   try {
     return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6;
   } catch {

@@ -1,14 +1,16 @@
 /**
  * The tail probe of bench/federated-send.ts (BENCH_TAIL=1): a real process with the probe loaded logs a
- * stall it was held for, and the report counts each slow pair against the pauses that overlap it.
+ * stall it was held for, and the report counts each slow pair against the pauses that overlap it; the idle
+ * witness process lives no longer than its bench; and the main thread's wait for a core is read from Linux.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { runQueueWaitMs } from '../../bench/lib/federated-load.js';
 import { startTailRecording, tailReport } from '../../bench/lib/tail.js';
 
 const probe = new URL('../../bench/lib/tail-probe.cjs', import.meta.url).pathname;
@@ -106,5 +108,25 @@ describe('bench tail probe', () => {
     );
     assert.equal(r.status, 0, r.stderr);
     await gone(Number(r.stdout.trim()));
+  });
+
+  it("reads how long a process's main thread waited for a core: more busy processes than cores wait", async (t) => {
+    if (runQueueWaitMs(process.pid) === null) return t.skip('no /proc/<pid>/task/<pid>/schedstat here');
+    // One more busy process than there are cores: at every moment one of them is runnable and waiting.
+    const busy = Array.from({ length: availableParallelism() + 1 }, () =>
+      spawn(process.execPath, ['-e', 'const end = Date.now() + 5000; while (Date.now() < end) {}'], {
+        stdio: 'ignore',
+      }),
+    );
+    try {
+      await sleep(100);
+      const before = busy.map((c) => runQueueWaitMs(c.pid!) ?? 0);
+      await sleep(500);
+      const waited = busy.reduce((sum, c, i) => sum + (runQueueWaitMs(c.pid!) ?? 0) - before[i]!, 0);
+      assert.ok(waited >= 100, `${busy.length} busy processes waited ${waited} ms in all over 500 ms`);
+    } finally {
+      for (const c of busy) c.kill();
+    }
+    assert.equal(runQueueWaitMs(2 ** 22 + 1), null); // above Linux's largest pid
   });
 });
