@@ -206,17 +206,21 @@ export function runQueueWaitMs(pid: number): number | null {
   }
 }
 
-function waitedBetween(before: (number | null)[], servers: ServerProcess[]): { A: number | null; B: number | null } {
-  const [a, b] = servers.map((s, i) => {
-    const now = runQueueWaitMs(s.pid);
-    return now === null || before[i] === null ? null : Math.round(now - before[i]!);
-  });
+/** One figure per server, named A and B. */
+function byServer<T>(servers: ServerProcess[], figure: (s: ServerProcess, i: number) => T): { A: T; B: T } {
+  const [a, b] = servers.map(figure);
   return { A: a!, B: b! };
 }
 
+function waitedBetween(before: (number | null)[], servers: ServerProcess[]): { A: number | null; B: number | null } {
+  return byServer(servers, (s, i) => {
+    const now = runQueueWaitMs(s.pid);
+    return now === null || before[i] === null ? null : Math.round(now - before[i]!);
+  });
+}
+
 function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
-  const [a, b] = servers.map((s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
-  return { A: a!, B: b! };
+  return byServer(servers, (s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
 }
 
 /** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */

@@ -108,10 +108,13 @@ export async function idleStallFloor(
     what: 'event-loop stalls of 3 ms or more in an idle process with the tail probe, before the servers start',
     seconds,
     stalls: stalls.length,
-    stallMs: Number(stalls.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+    stallMs: totalMs(stalls),
     maxMs: Number(Math.max(0, ...stalls.map((p) => p.ms)).toFixed(1)),
   };
 }
+
+/** The pauses' durations added up, to 0.1 ms. */
+const totalMs = (pauses: Pause[]): number => Number(pauses.reduce((sum, p) => sum + p.ms, 0).toFixed(1));
 
 function readPauses(dir: string, pid: number): Pause[] {
   let text = '';
@@ -151,9 +154,9 @@ export function tailReport(pairs: PairTiming[], processes: Record<string, number
     const overGc = new Set(slow.filter((pair) => gcs.some((p) => overlaps(pair, p))));
     byProcess[name] = {
       gcPauses: gcs.length,
-      gcMs: Number(gcs.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+      gcMs: totalMs(gcs),
       stalls: stalls.length,
-      stallMs: Number(stalls.reduce((s, p) => s + p.ms, 0).toFixed(1)),
+      stallMs: totalMs(stalls),
       slowPairsOverGc: overGc.size,
       slowPairsOverStallOnly: slow.filter((pair) => !overGc.has(pair) && stalls.some((p) => overlaps(pair, p))).length,
     };
