@@ -35,6 +35,7 @@ console.log(
     date: new Date().toISOString(),
     machine: machine(),
     durability: r.durability,
+    sqliteWriter: r.sqliteWriter,
     setup:
       'A and B are separate `shine serve` processes on loopback, s2sAuth required, per-connection rate limit lifted; client, A and B share the cores',
     throughput: r.throughput,

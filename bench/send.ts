@@ -4,9 +4,9 @@
  * durability level (SQLite WAL + synchronous FULL, the default, and NORMAL).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
- * client, 1), BENCH_SYNC (full,normal).
+ * client, 1), BENCH_SYNC (full,normal); SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
  */
-import { machine } from './lib/machine.js';
+import { machine, sqliteWriter } from './lib/machine.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,6 +40,7 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
   const clientCpu = process.cpuUsage(clientCpu0);
   return {
     durability: sync === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
+    sqliteWriter: sqliteWriter(),
     ...r,
     serverCpuPercent: Math.round((cpuMs / (r.seconds * 1000)) * 100),
     clientCpuPercent: Math.round((clientCpu.user + clientCpu.system) / 1000 / (r.seconds * 10)),

@@ -189,6 +189,7 @@ console.log(
     prosody,
     shine: {
       durability: `${shine.durability}, every pair signed by its sender and checked by both servers`,
+      sqliteWriter: shine.sqliteWriter,
       throughputDeliveredPairsPerSec: shine.throughput.pairsPerSecDelivered,
       throughput: shine.throughput,
       fixedRate: shine.fixedRate,

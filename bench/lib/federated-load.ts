@@ -19,6 +19,7 @@ import { ShineClientError, createIdentity, textPair } from '../../src/client/ind
 import { messageKeyOf } from '../../src/protocol/container.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
+import { sqliteWriter } from './machine.js';
 import { ascending, pct } from './percentile.js';
 import { UNLIMITED_RATE } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
@@ -40,6 +41,8 @@ export interface FederatedSendOptions {
 
 export interface FederatedSendResult {
   durability: string;
+  /** SHINE_SQLITE_WRITER of both servers. */
+  sqliteWriter: 'thread' | 'inline';
   throughput: {
     pairs: number;
     clients: number;
@@ -344,6 +347,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
         opts.sync === 'full'
           ? 'SQLite WAL + synchronous=FULL (both servers)'
           : 'SQLite WAL + synchronous=NORMAL (both servers)',
+      sqliteWriter: sqliteWriter(),
       throughput,
       fixedRate,
       peakRssMiB: { A: Math.round(a.peakRssKiB() / 1024), B: Math.round(b.peakRssKiB() / 1024) },

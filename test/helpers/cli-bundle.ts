@@ -19,16 +19,22 @@ export function cliBundle(): Promise<string> {
     const dir = resolve('.tmp', 'cli-bundle', String(process.pid));
     mkdirSync(dir, { recursive: true });
     const outfile = join(dir, 'shine.mjs');
-    await build({
-      entryPoints: ['src/cli/main.ts'],
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      packages: 'external',
-      outfile,
-      logLevel: 'error',
-    });
+    const bundle = (entry: string, out: string) =>
+      build({
+        entryPoints: [entry],
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        target: 'node20',
+        packages: 'external',
+        outfile: out,
+        logLevel: 'error',
+      });
+    // The SQLite writer thread's module sits beside the code that starts it (src/server/store/sqlite/threaded.ts).
+    await Promise.all([
+      bundle('src/cli/main.ts', outfile),
+      bundle('src/server/store/sqlite/thread.ts', join(dir, 'thread.js')),
+    ]);
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
     return outfile;
   })());

@@ -347,7 +347,8 @@ export async function startPeerCheckNetwork(): Promise<PeerCheckNetwork> {
     federate: true,
     servers: [
       fastServer('alpha1', { clock: clock1, peerCheckAttempts: '2,3,4,5' }),
-      fastServer('alpha2', { retryScheduleMs: '0,150,300,450,600,750,900,1050,1200,1350,1500,1650,1800' }),
+      // Every 150 ms for 6 s: alpha2 delivers soon after beta is started again, however long its start takes.
+      fastServer('alpha2', { retryScheduleMs: Array.from({ length: 41 }, (_, i) => i * 150).join(',') }),
       fastServer('beta'),
     ],
   });

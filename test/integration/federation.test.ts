@@ -249,7 +249,9 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('d) bob’s server down for the whole hour: the row ends failed and is never attempted again', async () => {
-    await using net = await startNetwork({ federate: true, servers: [server('alpha'), server('beta')] });
+    // The last attempt 4 s in: beta's restart below must come before the later message's last attempt.
+    const alphaSpec = server('alpha', { retryScheduleMs: '0,400,800,1200,4000' });
+    await using net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta')] });
     const alpha = net.servers[0]!;
     const alice = makeUser('alice', ['alpha']);
     const bob = makeUser('bob', ['beta']);

@@ -14,12 +14,14 @@ import { toBase64 } from '../../src/protocol/bytes.js';
 import type { DeliveryReceipt } from '../../src/protocol/receipt.js';
 import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
 import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
+import type { ThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
+import { openThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
 import { testPair } from '../helpers/containers.js';
 import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
 import { queryTestDb } from '../helpers/test-db.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'shine-contract-'));
-const opened: SqliteStore[] = [];
+const opened: { close(): Promise<void> }[] = [];
 after(async () => {
   await Promise.all(opened.map((s) => s.close()));
   rmSync(dir, { recursive: true, force: true });
@@ -40,6 +42,80 @@ storeContract({
   dialect: 'sqlite',
   open: () => fresh(),
   query: (store, sql, params) => queryTestDb(`sqlite:${(store as SqliteStore).db.conn.name}`, sql, params),
+});
+
+/** A fresh store whose writes run on a thread of their own (SHINE_SQLITE_WRITER=thread, the default on 2+ cores). */
+async function freshThreaded(opts: { path?: string; maxQueuedWrites?: number } = {}): Promise<ThreadedSqliteStore> {
+  const store = (await openThreadedSqliteStore({
+    path: opts.path ?? join(dir, `db${opened.length}.sqlite`),
+    sync: 'full',
+    ...(opts.maxQueuedWrites === undefined ? {} : { maxQueuedWrites: opts.maxQueuedWrites }),
+  })) as ThreadedSqliteStore;
+  opened.push(store);
+  await store.migrate();
+  return store;
+}
+
+storeContract({
+  dialect: 'sqlite',
+  name: 'sqlite, writer thread',
+  open: () => freshThreaded(),
+  query: (store, sql, params) => queryTestDb(`sqlite:${(store as ThreadedSqliteStore).path}`, sql, params),
+});
+
+describe('SQLite: the writer thread', () => {
+  it('writes of one turn share a commit on the thread; a read after their answer sees them', async () => {
+    const store = await freshThreaded();
+    const before = store.commitStats();
+    await Promise.all([
+      ...Array.from({ length: 50 }, (_, i) => putPair(store, { from: 'kim', to: 'lee', timeMs: T0 + i, nonce: i })),
+      store.meta.setMeta('with', 'them'),
+    ]);
+    const after = store.commitStats();
+    assert.equal(after.writes - before.writes, 51);
+    assert.ok(after.commits - before.commits <= 2, `51 writes took ${after.commits - before.commits} commits`);
+    const page = await store.messages.getDirectMessages({
+      owner: 'lee',
+      peer: 'kim',
+      beforeTimeMs: 0,
+      beforeMessageKey: '',
+      limit: 100,
+    });
+    assert.equal(page.items.length, 50);
+    assert.equal(await store.meta.getMeta('with'), 'them');
+  });
+
+  it("a write's ShineError crosses with its code: a full queue answers 503 OVERLOADED and commits the rest", async () => {
+    const store = await freshThreaded({ maxQueuedWrites: 3 });
+    const writes = Array.from({ length: 5 }, (_, i) =>
+      store.meta.setMeta(`k${i}`, 'v').then(
+        () => 'ok',
+        (err: { code?: string; status?: number }) => `${err.status} ${err.code}`,
+      ),
+    );
+    assert.deepEqual(await Promise.all(writes), ['ok', 'ok', 'ok', '503 OVERLOADED', '503 OVERLOADED']);
+    assert.equal(await store.meta.getMeta('k2'), 'v');
+    assert.equal(await store.meta.getMeta('k3'), null);
+  });
+
+  it('close commits the writes still queued; another store opened on the file reads them', async () => {
+    const path = join(dir, 'threaded-close.sqlite');
+    const first = await freshThreaded({ path });
+    const queued = Array.from({ length: 20 }, (_, i) => first.meta.setMeta(`q${i}`, String(i)));
+    await first.close();
+    assert.equal((await Promise.all(queued)).length, 20);
+    const second = await freshThreaded({ path });
+    assert.equal(await second.meta.getMeta('q19'), '19');
+  });
+
+  it('once the thread is gone, writes and ping fail with 500 INTERNAL and reads go on', async () => {
+    const store = await freshThreaded();
+    await store.meta.setMeta('kept', 'yes');
+    await store.kill();
+    await assert.rejects(store.meta.setMeta('lost', 'no'), { code: 'INTERNAL', status: 500 });
+    await assert.rejects(store.ping(), { code: 'INTERNAL' });
+    assert.equal(await store.meta.getMeta('kept'), 'yes');
+  });
 });
 
 describe('SQLite: group commit', () => {

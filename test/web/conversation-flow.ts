@@ -13,8 +13,9 @@ export function conversationAcrossServers(
   name: string,
   context: BrowserContextOptions,
 ): Promise<void> {
-  // A retry one second after acceptance makes `accepted` last until beta is back, so every tick is seen.
-  const servers = { retryScheduleMs: '0,1000,2000,600000', workerTickMs: 50 };
+  // A retry one second after acceptance makes `accepted` last until beta is back, so every tick is seen;
+  // then one a second, so the message is delivered soon after beta's restart, however long it takes.
+  const servers = { retryScheduleMs: '0,1000,2000,3000,4000,5000,6000,8000,10000,600000', workerTickMs: 50 };
   return aliceAndBob(browser, name, { servers, context }, async ({ net, alice, bob, shot }) => {
     await shot(alice, 'alice-home');
     await startChat(alice, 'bob');

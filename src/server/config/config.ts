@@ -52,6 +52,8 @@ export interface Config {
   /** A replication cycle with a peer that shows life again after failures starts this soon (docs/protocol.md §7). */
   syncOnReturnMs: number;
   sqliteSync: 'full' | 'normal';
+  /** Where SQLite's writes and commits run: a thread of their own beside the event loop, or on it. */
+  sqliteWriter: 'thread' | 'inline';
   logLevel: LogLevel;
   rateLimit: RateLimitConfig;
   /** Requests of one login across all its sessions (docs/protocol.md §5); default twice rateLimit. */
@@ -130,6 +132,7 @@ export interface ConfigInput {
   syncIntervalMs?: number | string | undefined;
   syncOnReturnMs?: number | string | undefined;
   sqliteSync?: string | undefined;
+  sqliteWriter?: string | undefined;
   logLevel?: string | undefined;
   rateLimit?: Partial<RateLimitConfig> | undefined;
   /** `perSecond,burst` or the parsed form. */
@@ -200,6 +203,11 @@ export const CONFIG_DEFAULTS = {
 } as const satisfies Partial<Config>;
 
 /** One thread per core beside the event loop's, at least one and at most four. */
+/** The writer on a thread of its own where a second core can run it (docs/performance.md). */
+function defaultSqliteWriter(): 'thread' | 'inline' {
+  return availableParallelism() > 1 ? 'thread' : 'inline';
+}
+
 function defaultVerifyThreads(): number {
   return Math.max(1, Math.min(4, availableParallelism() - 1));
 }
@@ -229,6 +237,7 @@ const INPUT_KEYS: ReadonlySet<string> = new Set<keyof ConfigInput>([
   'syncIntervalMs',
   'syncOnReturnMs',
   'sqliteSync',
+  'sqliteWriter',
   'logLevel',
   'rateLimit',
   'loginRateLimit',
@@ -323,6 +332,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
     syncOnReturnMs: int('syncOnReturnMs', input.syncOnReturnMs ?? d.syncOnReturnMs, 0),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
+    sqliteWriter: oneOf('sqliteWriter', input.sqliteWriter ?? defaultSqliteWriter(), ['thread', 'inline'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
     rateLimit,
     // A user's two devices may each use their connection's whole limit.

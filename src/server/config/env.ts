@@ -30,6 +30,7 @@ export const ENV_VARS = {
   SHINE_SYNC_ON_RETURN_MS: 'syncOnReturnMs',
   SHINE_WS_PING_INTERVAL_MS: 'wsPingIntervalMs',
   SHINE_SQLITE_SYNC: 'sqliteSync',
+  SHINE_SQLITE_WRITER: 'sqliteWriter',
   SHINE_LOG_LEVEL: 'logLevel',
   SHINE_VAPID_PUBLIC_KEY: 'vapidPublicKey',
   SHINE_VAPID_PRIVATE_KEY: 'vapidPrivateKey',

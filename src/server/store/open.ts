@@ -4,10 +4,14 @@ import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
 import { openPostgresStore } from './postgres/store.js';
 import { openSqliteStore } from './sqlite/store.js';
+import { openThreadedSqliteStore } from './sqlite/threaded.js';
 import type { Store } from './types.js';
 
-export async function openStore(config: Pick<Config, 'db' | 'dbPoolSize' | 'sqliteSync'>): Promise<Store> {
+export async function openStore(
+  config: Pick<Config, 'db' | 'dbPoolSize' | 'sqliteSync'> & Partial<Pick<Config, 'sqliteWriter'>>,
+): Promise<Store> {
   if (config.db.kind === 'postgres') return openPostgresStore({ url: config.db.url, poolSize: config.dbPoolSize });
   await mkdir(dirname(config.db.path), { recursive: true });
-  return openSqliteStore({ path: config.db.path, sync: config.sqliteSync });
+  const opts = { path: config.db.path, sync: config.sqliteSync };
+  return config.sqliteWriter === 'thread' ? openThreadedSqliteStore(opts) : openSqliteStore(opts);
 }

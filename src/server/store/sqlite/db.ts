@@ -56,7 +56,15 @@ export interface SqliteDbOptions {
   checkpoints?: 'thread' | 'commit';
   /** The checkpoint thread's timing and WAL sizes (tests make them small); defaults below. */
   checkpointTuning?: { intervalMs?: number; restartBytes?: number; maxWalBytes?: number };
+  /**
+   * 'reader': a connection that only reads, beside a writer on another thread (./threaded.ts): `write`
+   * throws WRITES_ELSEWHERE at once, so the caller can send the whole call to the writer.
+   */
+  role?: 'writer' | 'reader';
 }
+
+/** Thrown by a reader's `write`: the call belongs on the writer's connection. */
+export const WRITES_ELSEWHERE = Symbol('writes elsewhere');
 
 export class SqliteDb {
   readonly conn: Database.Database;
@@ -73,8 +81,19 @@ export class SqliteDb {
   /** Runs the WAL checkpoints off the event loop; null for an in-memory database or `checkpoints: 'commit'`. */
   readonly checkpointer: Checkpointer | null = null;
 
+  private readonly reader: boolean;
+
   constructor(opts: SqliteDbOptions) {
     this.conn = new Database(opts.path);
+    this.reader = opts.role === 'reader';
+    this.maxQueued = opts.maxQueuedWrites ?? 20_000;
+    this.maxBatch = opts.maxBatch ?? 512;
+    if (this.reader) {
+      // The writer made the file, its page size and its WAL; this connection never writes.
+      this.conn.pragma('query_only = ON');
+      this.conn.pragma('busy_timeout = 5000');
+      return;
+    }
     // 1 KiB pages for a new database (an existing one keeps its own; docs/operations.md says how to
     // convert it). A stored pair dirties about twenty B-tree leaves in the middle of their trees — each
     // owner's part of the history, outbox and delivery indexes — and a commit writes every dirty page
@@ -113,8 +132,6 @@ export class SqliteDb {
     this.conn.pragma('foreign_keys = ON');
     // Several processes may share one file (workers, tests); wait for the lock instead of failing.
     this.conn.pragma('busy_timeout = 5000');
-    this.maxQueued = opts.maxQueuedWrites ?? 20_000;
-    this.maxBatch = opts.maxBatch ?? 512;
   }
 
   /** The statement for text, prepared once per connection: every SQL text of the store is a constant. */
@@ -144,6 +161,7 @@ export class SqliteDb {
    * savepoint: if it throws, only its own changes are rolled back and only its caller sees the error.
    */
   write<T>(fn: () => T): Promise<T> {
+    if (this.reader) throw WRITES_ELSEWHERE;
     if (this.closed) return Promise.reject(new ShineError('INTERNAL', 'database closed'));
     if (this.queue.length >= this.maxQueued) return Promise.reject(new ShineError('OVERLOADED', 'write queue full'));
     return new Promise<T>((resolve, reject) => {
