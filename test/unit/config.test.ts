@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { bindConfigToPort, ConfigError, resolveConfig } from '../../src/server/config/config.js';
@@ -31,8 +31,7 @@ describe('resolveConfig', () => {
     assert.equal(c.firstAttemptWaitMs, 3_000);
     assert.equal(c.syncIntervalMs, 21_600_000);
     assert.equal(c.sqliteSync, 'full');
-    // The writer on a thread of its own where a second core can run it.
-    assert.equal(c.sqliteWriter, availableParallelism() > 1 ? 'thread' : 'inline');
+    assert.equal(c.sqliteWriter, 'inline');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'inline' })).sqliteWriter, 'inline');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'thread' })).sqliteWriter, 'thread');
     assert.equal(c.logLevel, 'info');

@@ -182,6 +182,8 @@ export const CONFIG_DEFAULTS = {
   syncIntervalMs: 21_600_000,
   syncOnReturnMs: 10_000,
   sqliteSync: 'full',
+  // On the event loop: on two shared cores the thread paid only where a core was idle (docs/performance.md).
+  sqliteWriter: 'inline',
   logLevel: 'info',
   rateLimit: { perSecond: 200, burst: 400 },
   authTimeoutMs: 30_000,
@@ -203,11 +205,6 @@ export const CONFIG_DEFAULTS = {
 } as const satisfies Partial<Config>;
 
 /** One thread per core beside the event loop's, at least one and at most four. */
-/** The writer on a thread of its own where a second core can run it (docs/performance.md). */
-function defaultSqliteWriter(): 'thread' | 'inline' {
-  return availableParallelism() > 1 ? 'thread' : 'inline';
-}
-
 function defaultVerifyThreads(): number {
   return Math.max(1, Math.min(4, availableParallelism() - 1));
 }
@@ -332,7 +329,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
     syncOnReturnMs: int('syncOnReturnMs', input.syncOnReturnMs ?? d.syncOnReturnMs, 0),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
-    sqliteWriter: oneOf('sqliteWriter', input.sqliteWriter ?? defaultSqliteWriter(), ['thread', 'inline'] as const),
+    sqliteWriter: oneOf('sqliteWriter', input.sqliteWriter ?? d.sqliteWriter, ['thread', 'inline'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
     rateLimit,
     // A user's two devices may each use their connection's whole limit.

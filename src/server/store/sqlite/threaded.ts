@@ -14,7 +14,7 @@ import type { ErrorCode, ErrorDetails } from '../../../protocol/errors.js';
 import { ShineError } from '../../../protocol/errors.js';
 import { BusyRef } from '../../worker-thread.js';
 import type { Store } from '../types.js';
-import { SqliteDb, WRITES_ELSEWHERE } from './db.js';
+import { SqliteArea, SqliteDb, WRITES_ELSEWHERE } from './db.js';
 import type { SqliteStoreOptions } from './store.js';
 import { SqliteStore } from './store.js';
 
@@ -37,21 +37,6 @@ export interface ThreadReplies {
   replies: ThreadReply[];
   stats: { commits: number; writes: number; checkpoints: number };
 }
-
-const AREAS = [
-  'meta',
-  'directory',
-  'messages',
-  'delivery',
-  'replication',
-  'nonces',
-  'devices',
-  'settings',
-  'push',
-  'processes',
-  'check',
-  'chains',
-] as const;
 
 /**
  * Starts the thread's module, which sits beside this one: JavaScript once built (or bundled, as the tests
@@ -98,20 +83,17 @@ export async function openThreadedSqliteStore(opts: SqliteStoreOptions): Promise
   return new ThreadedSqliteStore(worker, new SqliteDb({ ...opts, role: 'reader' }));
 }
 
+/** The areas of the Store (meta, messages, …): the reading store's, each routed (see `routed`). */
+type Areas = Omit<Store, 'dialect' | 'commitStats' | 'migrate' | 'ping' | 'close'>;
+// The areas are set in the constructor, one per area of the reading SqliteStore.
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+export interface ThreadedSqliteStore extends Areas {
+  readonly dialect: 'sqlite';
+}
+
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
 export class ThreadedSqliteStore implements Store {
   readonly dialect = 'sqlite';
-  readonly meta!: Store['meta'];
-  readonly directory!: Store['directory'];
-  readonly messages!: Store['messages'];
-  readonly delivery!: Store['delivery'];
-  readonly replication!: Store['replication'];
-  readonly nonces!: Store['nonces'];
-  readonly devices!: Store['devices'];
-  readonly settings!: Store['settings'];
-  readonly push!: Store['push'];
-  readonly processes!: Store['processes'];
-  readonly check!: Store['check'];
-  readonly chains!: Store['chains'];
 
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: unknown) => void }>();
@@ -133,7 +115,8 @@ export class ThreadedSqliteStore implements Store {
     worker.on('exit', (code) => this.stop(`exited with ${code}`));
     this.reads = new SqliteStore(reader);
     const self = this as unknown as Record<string, unknown>;
-    for (const name of AREAS) self[name] = this.routed(name, this.reads[name] as object);
+    for (const [name, area] of Object.entries(this.reads))
+      if (area instanceof SqliteArea) self[name] = this.routed(name, area);
   }
 
   commitStats(): { commits: number; writes: number; checkpoints: number } {
