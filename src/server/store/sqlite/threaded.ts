@@ -1,6 +1,6 @@
 /**
- * The SQLite store with its writes on a thread of their own (docs/performance.md, "The SQLite writer on a
- * thread"). The event loop keeps a connection that only reads; every call that writes — every method
+ * The SQLite store with its writes on a thread of their own (SHINE_SQLITE_WRITER=thread; docs/performance.md,
+ * "Issue 12, eleventh session", says when it pays). The event loop keeps a connection that only reads; every call that writes — every method
  * whose work goes through SqliteDb.write — runs whole on the writer thread (./thread.ts), with the group
  * commit, its fsync and the checkpoints. A write is answered after its commit, as on one connection,
  * and a read issued after that answer sees it (WAL: each read starts from the newest commit).
