@@ -199,33 +199,33 @@ export class ThreadedSqliteStore implements Store {
   private send(): void {
     const calls = this.outgoing;
     this.outgoing = [];
-    if (this.stopped) {
-      for (const c of calls)
-        this.settle(c.id, { id: c.id, error: { message: this.stopped.message, code: 'INTERNAL' } });
-      return;
-    }
-    this.worker.postMessage(calls);
+    // A thread that stopped meanwhile has had every pending call rejected (stop).
+    if (!this.stopped) this.worker.postMessage(calls);
   }
 
   private answered(m: ThreadReplies): void {
     this.stats = m.stats;
-    for (const r of m.replies) this.settle(r.id, r);
+    for (const { id, value, error } of m.replies) {
+      const p = this.take(id);
+      if (!error) p?.resolve(value);
+      else if (error.code) p?.reject(new ShineError(error.code, error.message, { details: error.details }));
+      else p?.reject(Object.assign(new Error(error.message), { code: error.sqliteCode }));
+    }
   }
 
-  private settle(id: number, r: ThreadReply): void {
+  /** The pending call id, no longer pending. */
+  private take(id: number): { resolve: (v: unknown) => void; reject: (e: unknown) => void } | undefined {
     const p = this.pending.get(id);
-    if (!p) return;
-    this.pending.delete(id);
-    this.busy.end();
-    if (!r.error) p.resolve(r.value);
-    else if (r.error.code) p.reject(new ShineError(r.error.code, r.error.message, { details: r.error.details }));
-    else p.reject(Object.assign(new Error(r.error.message), { code: r.error.sqliteCode }));
+    if (p) {
+      this.pending.delete(id);
+      this.busy.end();
+    }
+    return p;
   }
 
   private stop(why: string): void {
     if (this.stopped) return;
     this.stopped = new ShineError('INTERNAL', `the SQLite writer thread ${why}`);
-    for (const id of [...this.pending.keys()])
-      this.settle(id, { id, error: { message: this.stopped.message, code: 'INTERNAL' } });
+    for (const id of [...this.pending.keys()]) this.take(id)?.reject(this.stopped);
   }
 }
