@@ -33,3 +33,35 @@ export class BusyRef {
     if (this.n > 0 && --this.n === 0) this.worker.unref();
   }
 }
+
+/** Collects the items added during one turn of the event loop and hands them to `flush` together after it. */
+export function perTurn<T>(flush: (items: T[]) => void): (item: T) => void {
+  let items: T[] = [];
+  return (item) => {
+    if (items.length === 0)
+      setImmediate(() => {
+        const all = items;
+        items = [];
+        flush(all);
+      });
+    items.push(item);
+  };
+}
+
+/**
+ * Bundles a TypeScript entry into one ES module for Node.js, its packages left as imports (esbuild, a
+ * development package: for tests and for threads started under tsx, whose loader a thread does not inherit).
+ */
+export async function bundleForNode(entry: string, outfile: string): Promise<void> {
+  const { build } = await import('esbuild');
+  await build({
+    entryPoints: [entry],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    outfile,
+    logLevel: 'error',
+  });
+}

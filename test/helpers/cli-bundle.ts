@@ -9,7 +9,7 @@
  */
 import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { build } from 'esbuild';
+import { bundleForNode } from '../../src/server/worker-thread.js';
 
 let bundled: Promise<string> | null = null;
 
@@ -19,21 +19,10 @@ export function cliBundle(): Promise<string> {
     const dir = resolve('.tmp', 'cli-bundle', String(process.pid));
     mkdirSync(dir, { recursive: true });
     const outfile = join(dir, 'shine.mjs');
-    const bundle = (entry: string, out: string) =>
-      build({
-        entryPoints: [entry],
-        bundle: true,
-        platform: 'node',
-        format: 'esm',
-        target: 'node20',
-        packages: 'external',
-        outfile: out,
-        logLevel: 'error',
-      });
     // The SQLite writer thread's module sits beside the code that starts it (src/server/store/sqlite/threaded.ts).
     await Promise.all([
-      bundle('src/cli/main.ts', outfile),
-      bundle('src/server/store/sqlite/thread.ts', join(dir, 'thread.js')),
+      bundleForNode('src/cli/main.ts', outfile),
+      bundleForNode('src/server/store/sqlite/thread.ts', join(dir, 'thread.js')),
     ]);
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
     return outfile;

@@ -6,6 +6,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { ShineError } from '../../../protocol/errors.js';
+import { perTurn } from '../../worker-thread.js';
 import type { SqliteStoreOptions } from './store.js';
 import { openSqliteStore } from './store.js';
 import type { ThreadCall, ThreadReply, ThreadReplies } from './threaded.js';
@@ -14,21 +15,11 @@ const port = parentPort!;
 const store = openSqliteStore(workerData.options as SqliteStoreOptions);
 const areas = store as unknown as Record<string, Record<string, (...args: unknown[]) => Promise<unknown>>>;
 
-let replies: ThreadReply[] = [];
-let posting = false;
-
-function reply(r: ThreadReply): void {
-  replies.push(r);
-  if (posting) return;
-  posting = true;
-  // One message for every answer of a turn (a commit answers its whole group at once).
-  setImmediate(() => {
-    posting = false;
-    const batch: ThreadReplies = { replies, stats: store.commitStats() };
-    replies = [];
-    port.postMessage(batch);
-  });
-}
+// One message for every answer of a turn (a commit answers its whole group at once).
+const reply = perTurn<ThreadReply>((replies) => {
+  const batch: ThreadReplies = { replies, stats: store.commitStats() };
+  port.postMessage(batch);
+});
 
 async function run(call: ThreadCall): Promise<unknown> {
   if (call.area === null) {

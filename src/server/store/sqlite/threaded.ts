@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { ErrorCode, ErrorDetails } from '../../../protocol/errors.js';
 import { ShineError } from '../../../protocol/errors.js';
-import { BusyRef } from '../../worker-thread.js';
+import { BusyRef, bundleForNode, perTurn } from '../../worker-thread.js';
 import type { Store } from '../types.js';
 import { SqliteArea, SqliteDb, WRITES_ELSEWHERE } from './db.js';
 import type { SqliteStoreOptions } from './store.js';
@@ -52,21 +52,11 @@ async function startThread(workerData: Record<string, unknown>): Promise<Worker>
 let devBundle: Promise<string> | null = null;
 
 async function bundleForDevelopment(): Promise<string> {
-  const { build } = await import('esbuild');
   // Inside the repository, so the bundle's packages resolve from its node_modules.
   const dir = fileURLToPath(new URL(`../../../../.tmp/sqlite-thread/${process.pid}/`, import.meta.url));
   mkdirSync(dir, { recursive: true });
   const outfile = join(dir, 'thread.mjs');
-  await build({
-    entryPoints: [fileURLToPath(new URL('./thread.ts', import.meta.url))],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'error',
-  });
+  await bundleForNode(fileURLToPath(new URL('./thread.ts', import.meta.url)), outfile);
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return outfile;
 }
@@ -97,7 +87,11 @@ export class ThreadedSqliteStore implements Store {
 
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: unknown) => void }>();
-  private outgoing: ThreadCall[] = [];
+  /** The calls of one turn go in one message, so their writes share a commit on the thread. */
+  private readonly post = perTurn<ThreadCall>((calls) => {
+    // A thread that stopped meanwhile has had every pending call rejected (stop).
+    if (!this.stopped) this.worker.postMessage(calls);
+  });
   private stats = { commits: 0, writes: 0, checkpoints: 0 };
   /** Why the thread stopped, once it has: every later write fails with it. */
   private stopped: ShineError | null = null;
@@ -189,18 +183,9 @@ export class ThreadedSqliteStore implements Store {
   private call(area: string | null, method: string, args: unknown[]): Promise<unknown> {
     if (this.stopped) return Promise.reject(this.stopped);
     const id = this.nextId++;
-    if (this.outgoing.length === 0) setImmediate(() => this.send());
-    this.outgoing.push({ id, area, method, args });
+    this.post({ id, area, method, args });
     this.busy.begin();
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
-  }
-
-  /** The calls of one turn go in one message, so their writes share a commit on the thread. */
-  private send(): void {
-    const calls = this.outgoing;
-    this.outgoing = [];
-    // A thread that stopped meanwhile has had every pending call rejected (stop).
-    if (!this.stopped) this.worker.postMessage(calls);
   }
 
   private answered(m: ThreadReplies): void {
