@@ -992,8 +992,8 @@ export function storeContract(factory: StoreFactory): void {
         [ghost],
       );
       await q(
-        `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
-         VALUES ('alice', ?, ?, 1, ?, ?)`,
+        `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms)
+         VALUES ('alice', ?, ?, 1, ?, ?, 99)`,
         [ghost, `${ghost}:0:0`, Buffer.from([0, 0, 0, 2, 1, 2]), false],
       );
       await q(

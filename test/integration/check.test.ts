@@ -87,8 +87,8 @@ describe('shine check and POST /admin/check', () => {
     );
     await queryServerDb(
       server,
-      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
-       VALUES ('alice', ?, ?, 1, ?, ?)`,
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms)
+       VALUES ('alice', ?, ?, 1, ?, ?, 99)`,
       [GHOST, `${GHOST}:0:0`, Buffer.from([0, 0, 0, 1, 9]), false],
     );
 

@@ -9,6 +9,7 @@ import { describe, it } from 'node:test';
 import { decodeContainer } from '../../src/protocol/container.js';
 import { receiptFor } from '../../src/server/delivery/receipts.js';
 import { packBlobs } from '../../src/server/store/blobs.js';
+import { outboxTimeMs } from '../../src/server/store/rules.js';
 import { startNetwork } from '../helpers/network.js';
 import {
   metricValue,
@@ -68,8 +69,17 @@ describe('replication: rows the owner does not own, or that do not verify', () =
     const plant = (primaryKey: string, blobs: Uint8Array[], storedAtMs: number) =>
       queryServerDb(
         a1,
-        'INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced) VALUES (?, ?, ?, ?, ?, ?)',
-        ['alice', primaryKey, `${primaryKey}:0:0`, storedAtMs, Buffer.from(packBlobs(blobs)), false],
+        `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?)`,
+        [
+          'alice',
+          primaryKey,
+          `${primaryKey}:0:0`,
+          storedAtMs,
+          Buffer.from(packBlobs(blobs)),
+          false,
+          outboxTimeMs(primaryKey),
+        ],
       );
     await plant(foreign.outgoingKey, [foreign.incoming.bytes, foreign.outgoing.bytes], 1);
     await plant(broken.outgoingKey, [broken.incoming.bytes, tampered], 2);

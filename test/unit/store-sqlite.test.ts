@@ -44,7 +44,7 @@ storeContract({
   query: (store, sql, params) => queryTestDb(`sqlite:${(store as SqliteStore).db.conn.name}`, sql, params),
 });
 
-/** A fresh store whose writes run on a thread of their own (SHINE_SQLITE_WRITER=thread, the default on 2+ cores). */
+/** A fresh store whose writes run on a thread of their own (SHINE_SQLITE_WRITER=thread). */
 async function freshThreaded(opts: { path?: string; maxQueuedWrites?: number } = {}): Promise<ThreadedSqliteStore> {
   const store = (await openThreadedSqliteStore({
     path: opts.path ?? join(dir, `db${opened.length}.sqlite`),
@@ -364,5 +364,71 @@ describe('SQLite: migration 7 (delivery rows in a rowid table)', () => {
     // The upsert on the primary key still finds the row: a new revision of a pair updates it.
     await putPair(store, { from: 'kim', to: 'lee', timeMs: T0 + 9, nonce: 9, revisionTimeMs: 5 });
     assert.equal((await store.delivery.getDelivery(late.outgoing.messageKey))?.state, 'delivered');
+  });
+});
+
+describe('SQLite: migration 8 (the outbox without its primary key index)', () => {
+  it('keeps every outbox row of a database made by migration 7; a key still finds, revises and acks its row', async () => {
+    const store = openSqliteStore({ path: join(dir, 'made-by-7.sqlite'), sync: 'full' });
+    opened.push(store);
+    store.db.migrate(7);
+    const indexes = () =>
+      (
+        store.db.conn
+          .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'dm_sync_outbox' ORDER BY name")
+          .all() as { name: string }[]
+      ).map((r) => r.name);
+    assert.deepEqual(indexes(), [
+      'dm_sync_outbox_digest',
+      'dm_sync_outbox_unsynced',
+      'sqlite_autoindex_dm_sync_outbox_1',
+    ]);
+    // Written by this build's store into the tables of migration 7: kim's rows unsynced, lee's synced.
+    const outbox = {
+      owners: new Map([
+        ['kim', false],
+        ['lee', true],
+      ]),
+    };
+    const keys: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      keys.push(
+        (await putPair(store, { from: 'kim', to: 'lee', timeMs: T0 + i, nonce: i }, { outbox })).outgoing.messageKey,
+      );
+    }
+    const all = [{ fromTimeMs: 0, toTimeMs: T0 * 2 }];
+    const page = (owner: string, ackSyncIds: string[] = []) =>
+      store.replication.dmSyncPage({
+        owner,
+        ackSyncIds,
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 100,
+        maxBytes: 1 << 30,
+      });
+    const read = async () => ({
+      pages: [await page('kim'), await page('lee')],
+      counts: [await store.replication.outboxCounts('kim'), await store.replication.outboxCounts('lee')],
+      digests: [await store.replication.dmDigest('kim', all), await store.replication.dmDigest('lee', all)],
+      keys: await store.replication.dmKeys('kim', all[0]!, 10),
+      rows: await store.replication.dmRows('kim', keys),
+    });
+    const before = await read();
+    assert.equal(before.pages[0]!.items.length, 4);
+    assert.equal(before.rows.length, 4);
+
+    await store.migrate();
+    assert.equal(store.db.conn.pragma('user_version', { simple: true }), SQLITE_MIGRATIONS.length);
+    assert.deepEqual(indexes(), ['dm_sync_outbox_digest', 'dm_sync_outbox_unsynced']);
+    assert.deepEqual(await read(), before);
+    // A new revision of a pair replaces its row (no second one), and an ack of its current syncId marks it synced.
+    await putPair(store, { from: 'kim', to: 'lee', timeMs: T0, nonce: 0, revisionTimeMs: 5 }, { outbox });
+    assert.deepEqual(await store.replication.outboxCounts('kim'), { synced: 0, unsynced: 4 });
+    const revised = (await store.replication.dmRows('kim', [keys[0]!]))[0]!;
+    assert.equal(revised.syncId, `${keys[0]}:5:0`);
+    await page('kim', [...before.pages[0]!.items.slice(1).map((i) => i.syncId), `${keys[0]}:0:0`]);
+    assert.deepEqual(await store.replication.outboxCounts('kim'), { synced: 3, unsynced: 1 });
+    await page('kim', [revised.syncId]);
+    assert.deepEqual(await store.replication.outboxCounts('kim'), { synced: 4, unsynced: 0 });
   });
 });

@@ -30,7 +30,7 @@ export const CHECK_SQL = {
     ORDER BY 1`,
   outboxMissing: `SELECT m.owner_login || '|' || m.message_key AS id FROM signed_messages m
     WHERE NOT EXISTS (SELECT 1 FROM dm_sync_outbox o
-                      WHERE o.owner_login = m.owner_login AND o.primary_message_key = m.message_key)
+                      WHERE o.owner_login = m.owner_login AND o.time_ms = m.time_ms AND o.primary_message_key = m.message_key)
       AND EXISTS (SELECT 1 FROM user_access_servers_current a JOIN servers s ON s.server_login = a.server_login
                   WHERE a.login = m.owner_login AND s.source = 'self')
     ORDER BY 1`,

@@ -1,6 +1,7 @@
 /**
- * How every writer of dm_sync_outbox (storing a copy, `shine check --repair`) names its columns and
- * resolves a conflict, in both dialects: one text, so an added column cannot be forgotten by one writer.
+ * How every writer of dm_sync_outbox (storing a copy, `shine check --repair`) names its columns, in both
+ * dialects: one text, so an added column cannot be forgotten by one writer; and how PostgreSQL resolves a
+ * conflict on its primary key (SQLite's table has none since its migration 8: sqlite/outbox.ts).
  */
 import { packBlobs } from './blobs.js';
 import type { OutboxRow } from './types.js';

@@ -243,8 +243,11 @@ export function outboxDigestColumns(
   const digest = new Uint8Array(DIGEST_BYTES);
   for (const key of outboxCopyKeys(primaryMessageKey, copies))
     xorInto(digest, copyDigest(key, revision?.revisionTimeMs ?? 0, revision?.reencryptedAtMs ?? 0));
-  return { timeMs: parseMessageKey(primaryMessageKey)?.timeMs ?? 0, digest };
+  return { timeMs: outboxTimeMs(primaryMessageKey), digest };
 }
+
+/** Where anti-entropy places an outbox row: the message timeMs its key carries (0 for a key that does not parse). */
+export const outboxTimeMs = (primaryMessageKey: string): number => parseMessageKey(primaryMessageKey)?.timeMs ?? 0;
 
 /** Whether a setting value (updatedAtMs, value) replaces the stored one: newer wins, ties by value bytes. */
 export function settingWins(

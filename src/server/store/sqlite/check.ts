@@ -3,8 +3,8 @@ import { unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
 import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
-import { SqliteArea, sqliteValues } from './db.js';
-import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, outboxValues } from '../outbox-sql.js';
+import { SqliteArea } from './db.js';
+import { OUTBOX_ROW, outboxRowKey, upsertOutbox } from './outbox.js';
 
 export class SqliteCheckStore extends SqliteArea implements CheckStore {
   async integrity(): Promise<IntegrityReport> {
@@ -78,10 +78,10 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
     return this.db.write(
       () =>
         this.sql(
-          `DELETE FROM dm_sync_outbox AS o WHERE o.owner_login = ? AND o.primary_message_key = ?
+          `DELETE FROM dm_sync_outbox AS o WHERE ${OUTBOX_ROW}
              AND NOT EXISTS (SELECT 1 FROM signed_messages m
                              WHERE m.message_key = o.primary_message_key AND m.owner_login = o.owner_login)`,
-        ).run(owner, primaryMessageKey).changes === 1,
+        ).run(...outboxRowKey(owner, primaryMessageKey)).changes === 1,
     );
   }
 
@@ -90,15 +90,12 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
   }
 
   rewriteOutbox(row: OutboxRow): Promise<boolean> {
-    return this.db.write(
-      () =>
-        this.sql(
-          `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
-           WHERE EXISTS (SELECT 1 FROM signed_messages m
-             WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?)
-           ${OUTBOX_ON_CONFLICT}`,
-        ).run(...sqliteValues(outboxValues({ ...row, synced: false })), row.primaryMessageKey, row.owner, row.syncId)
-          .changes === 1,
-    );
+    return this.db.write(() => {
+      const current = this.sql(
+        `SELECT 1 FROM signed_messages m WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?`,
+      ).get(row.primaryMessageKey, row.owner, row.syncId);
+      if (current) upsertOutbox(this.db, { ...row, synced: false });
+      return current !== undefined;
+    });
   }
 }

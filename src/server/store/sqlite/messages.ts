@@ -20,8 +20,8 @@ import type {
   OutboxRow,
 } from '../types.js';
 import type { SqliteDb } from './db.js';
-import { SqliteArea, sqliteValues } from './db.js';
-import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, outboxValues } from '../outbox-sql.js';
+import { SqliteArea } from './db.js';
+import { OUTBOX_ROW, outboxRowKey, upsertOutbox } from './outbox.js';
 import { deliveryStateOf, startDeliveryTx } from './delivery.js';
 
 /** The revision and storedAtMs of owner's stored copy messageKey, or null; also read by the devices area. */
@@ -178,15 +178,12 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
   private deleteCopiesTx(owner: string, keys: readonly string[]): void {
     for (const key of keys) {
       this.sql('DELETE FROM signed_messages WHERE message_key = ? AND owner_login = ?').run(key, owner);
-      this.sql('DELETE FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?').run(owner, key);
+      this.sql(`DELETE FROM dm_sync_outbox AS o WHERE ${OUTBOX_ROW}`).run(...outboxRowKey(owner, key));
     }
   }
 
   private upsertOutbox(row: OutboxRow | null): void {
-    if (!row) return;
-    this.sql(
-      `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${OUTBOX_ON_CONFLICT}`,
-    ).run(...sqliteValues(outboxValues(row)));
+    if (row) upsertOutbox(this.db, row);
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {

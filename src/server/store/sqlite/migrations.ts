@@ -294,4 +294,27 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   ALTER TABLE dm_delivery_state_7 RENAME TO dm_delivery_state;
   CREATE INDEX dm_delivery_state_due ON dm_delivery_state (next_attempt_at_ms) WHERE state = 'accepted';
   `,
+  // 8: the outbox without its primary key's index. A row is found through the digest index by (owner, the
+  // message timeMs its key carries, key) — store/sqlite/outbox.ts — so each stored event writes one B-tree
+  // less, a leaf in the middle of the owner's part of it (docs/performance.md, "the outbox's key").
+  `
+  CREATE TABLE dm_sync_outbox_8 (
+    owner_login TEXT NOT NULL,
+    primary_message_key TEXT NOT NULL,
+    sync_id TEXT NOT NULL,
+    stored_at_ms INTEGER NOT NULL,
+    blobs BLOB NOT NULL,
+    synced INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    copies INTEGER NOT NULL DEFAULT 0,
+    digest BLOB NOT NULL DEFAULT x''
+  ) STRICT;
+  INSERT INTO dm_sync_outbox_8 SELECT owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms,
+    copies, digest FROM dm_sync_outbox ORDER BY rowid;
+  DROP TABLE dm_sync_outbox;
+  ALTER TABLE dm_sync_outbox_8 RENAME TO dm_sync_outbox;
+  CREATE INDEX dm_sync_outbox_unsynced
+    ON dm_sync_outbox (owner_login, stored_at_ms, primary_message_key) WHERE synced = 0;
+  CREATE INDEX dm_sync_outbox_digest ON dm_sync_outbox (owner_login, time_ms, primary_message_key, copies, digest);
+  `,
 ];

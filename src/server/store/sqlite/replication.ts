@@ -13,6 +13,7 @@ import type {
   TimeRange,
 } from '../types.js';
 import { SqliteArea } from './db.js';
+import { OUTBOX_ROW, outboxRowKey } from './outbox.js';
 
 interface OutboxDbRow {
   primary_message_key: string;
@@ -36,9 +37,10 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
         const parsed = parseSyncId(syncId);
         if (!parsed) return;
         // A row that moved on to a newer revision keeps synced = 0: only its current syncId acks it.
-        this.sql(
-          'UPDATE dm_sync_outbox SET synced = 1 WHERE owner_login = ? AND primary_message_key = ? AND sync_id = ?',
-        ).run(q.owner, parsed.primaryMessageKey, syncId);
+        this.sql(`UPDATE dm_sync_outbox AS o SET synced = 1 WHERE ${OUTBOX_ROW} AND o.sync_id = ?`).run(
+          ...outboxRowKey(q.owner, parsed.primaryMessageKey),
+          syncId,
+        );
       },
       select: `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox INDEXED BY dm_sync_outbox_unsynced
          WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, primary_message_key) > (?, ?)
@@ -154,8 +156,8 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
     const out: DmSyncRow[] = [];
     for (const key of primaryKeys) {
       const r = this.sql(
-        'SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?',
-      ).get(owner, key) as OutboxDbRow | undefined;
+        `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox AS o WHERE ${OUTBOX_ROW}`,
+      ).get(...outboxRowKey(owner, key)) as OutboxDbRow | undefined;
       if (r) out.push(toDmSyncRow(r));
     }
     return out;
