@@ -13,7 +13,9 @@
  * store's checkpoint thread).
  *
  * Env: BENCH_PAGE_SIZES (1024,2048,4096), BENCH_ROUNDS (3), BENCH_SEED (20000), BENCH_PAIRS (10000),
- * BENCH_GROUP (10), BENCH_READS (2000), BENCH_SYNC (full).
+ * BENCH_GROUP (10), BENCH_READS (2000), BENCH_SYNC (full), BENCH_SCHEMAS (the number of migrations to apply,
+ * a list to compare schema versions side by side, e.g. 7,8; default all: results are then keyed by page size
+ * alone, else by `size@migrations`).
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
@@ -21,6 +23,7 @@ import { join } from 'node:path';
 import { messageKeyOf } from '../src/protocol/container.js';
 import { receiptFor } from '../src/server/delivery/receipts.js';
 import { keyFromSeed } from '../src/server/keys.js';
+import { SQLITE_MIGRATIONS } from '../src/server/store/sqlite/migrations.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/store/sqlite/store.js';
 import { pairOf, seedFor } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
@@ -32,6 +35,7 @@ const PAIRS = Number(process.env.BENCH_PAIRS ?? 10_000);
 const GROUP = Number(process.env.BENCH_GROUP ?? 10);
 const READS = Number(process.env.BENCH_READS ?? 2000);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
+const SCHEMAS = (process.env.BENCH_SCHEMAS ?? String(SQLITE_MIGRATIONS.length)).split(',').map(Number);
 const USERS = 20;
 
 const key = keyFromSeed(seedFor('bench'));
@@ -89,13 +93,13 @@ interface Round {
   dbBytesPerPair: number;
 }
 
-async function round(pageSize: number): Promise<Round> {
+async function round(pageSize: number, migrations: number): Promise<Round> {
   const dir = mkdtempSync(join(os.tmpdir(), 'shine-bench-pages-'));
   const path = join(dir, 'shine.sqlite');
   // Checkpoints in COMMIT, as SQLite does by default: the WAL's bytes are counted from its file, which a
   // checkpoint thread would start over in the middle of the count.
   const store = openSqliteStore({ path, sync: SYNC, pageSize, checkpoints: 'commit' });
-  await store.migrate();
+  store.db.migrate(migrations);
   await storeInGroups(store, pairs.slice(0, SEED), 500);
   // The WAL's frames, counted by SQLite itself: no checkpoint runs while they are counted.
   store.db.conn.pragma('wal_checkpoint(TRUNCATE)');
@@ -159,8 +163,11 @@ async function round(pageSize: number): Promise<Round> {
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const loadBefore = os.loadavg()[0]!;
-const rounds = new Map<number, Round[]>(PAGE_SIZES.map((s) => [s, []]));
-for (let r = 0; r < ROUNDS; r++) for (const size of PAGE_SIZES) rounds.get(size)!.push(await round(size));
+const variants = PAGE_SIZES.flatMap((size) =>
+  SCHEMAS.map((m) => ({ size, m, name: SCHEMAS.length > 1 ? `${size}@${m}` : String(size) })),
+);
+const rounds = new Map<string, Round[]>(variants.map((v) => [v.name, []]));
+for (let r = 0; r < ROUNDS; r++) for (const v of variants) rounds.get(v.name)!.push(await round(v.size, v.m));
 const results = Object.fromEntries(
   [...rounds].map(([size, rs]) => [
     size,
