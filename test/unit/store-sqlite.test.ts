@@ -309,11 +309,17 @@ describe('SQLite: checkpoints on a thread', () => {
   const pragma = (store: SqliteStore, name: string): unknown => store.db.conn.pragma(name, { simple: true });
 });
 
+/** A store whose database has only the first `migrations` migrations applied, as an older build left it. */
+function madeBy(migrations: number): SqliteStore {
+  const store = openSqliteStore({ path: join(dir, `made-by-${migrations}.sqlite`), sync: 'full' });
+  opened.push(store);
+  store.db.migrate(migrations);
+  return store;
+}
+
 describe('SQLite: migration 7 (delivery rows in a rowid table)', () => {
   it('keeps every delivery row, its receipt and the due index of a database made by migration 6', async () => {
-    const store = openSqliteStore({ path: join(dir, 'made-by-6.sqlite'), sync: 'full' });
-    opened.push(store);
-    store.db.migrate(6);
+    const store = madeBy(6);
     const shape = () =>
       (store.db.conn.prepare("SELECT sql FROM sqlite_schema WHERE name = 'dm_delivery_state'").get() as { sql: string })
         .sql;
@@ -369,9 +375,7 @@ describe('SQLite: migration 7 (delivery rows in a rowid table)', () => {
 
 describe('SQLite: migration 8 (the outbox without its primary key index)', () => {
   it('keeps every outbox row of a database made by migration 7; a key still finds, revises and acks its row', async () => {
-    const store = openSqliteStore({ path: join(dir, 'made-by-7.sqlite'), sync: 'full' });
-    opened.push(store);
-    store.db.migrate(7);
+    const store = madeBy(7);
     const indexes = () =>
       (
         store.db.conn

@@ -17,26 +17,14 @@ export const outboxRowKey = (owner: string, primaryMessageKey: string): [string,
   primaryMessageKey,
 ];
 
+const UPDATE_ROW = `UPDATE dm_sync_outbox AS o INDEXED BY dm_sync_outbox_digest
+  SET sync_id = ?, stored_at_ms = ?, blobs = ?, synced = ?, copies = ?, digest = ? WHERE ${OUTBOX_ROW}`;
+const INSERT_ROW = `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+
 /** Writes the row, replacing the one with its key; run inside a write. */
 export function upsertOutbox(db: SqliteDb, row: OutboxRow): void {
-  const [owner, key, syncId, storedAtMs, blobs, synced, timeMs, copies, digest] = sqliteValues(outboxValues(row));
-  const updated = db
-    .sql(
-      `UPDATE dm_sync_outbox AS o INDEXED BY dm_sync_outbox_digest
-       SET sync_id = ?, stored_at_ms = ?, blobs = ?, synced = ?, copies = ?, digest = ? WHERE ${OUTBOX_ROW}`,
-    )
-    .run(syncId, storedAtMs, blobs, synced, copies, digest, owner, timeMs, key).changes;
-  if (updated === 0) {
-    db.sql(`INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-      owner,
-      key,
-      syncId,
-      storedAtMs,
-      blobs,
-      synced,
-      timeMs,
-      copies,
-      digest,
-    );
-  }
+  const values = sqliteValues(outboxValues(row));
+  const [owner, key, syncId, storedAtMs, blobs, synced, timeMs, copies, digest] = values;
+  const updated = db.sql(UPDATE_ROW).run(syncId, storedAtMs, blobs, synced, copies, digest, owner, timeMs, key).changes;
+  if (updated === 0) db.sql(INSERT_ROW).run(...values);
 }
