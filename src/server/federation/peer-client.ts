@@ -4,6 +4,7 @@
  * reconnection with exponential backoff.
  */
 import { randomBytes } from 'node:crypto';
+import type { Duplex } from 'node:stream';
 import WebSocket from 'ws';
 import { toBase64 } from '../../protocol/bytes.js';
 import type { ChannelErrors } from '../../protocol/channel.js';
@@ -15,6 +16,7 @@ import type { OpAnswer, OpName, OpPayload } from '../../protocol/ops.js';
 import { answerSchema } from '../../protocol/ops.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Logger } from '../log.js';
+import { holdForTick } from '../transport/tick-cork.js';
 import type { PeerCaller } from './peer-caller.js';
 
 export interface PeerPoolDeps {
@@ -150,12 +152,17 @@ class PeerConnection {
     const url = await this.deps.resolveUrl(this.peer);
     if (!url) throw new PeerUnavailableError(this.peer, 'no known address');
     const ws = new WebSocket(url, { maxPayload: MAX_FRAME, handshakeTimeout: this.deps.timeoutMs });
+    // The socket under ws, known once the handshake's answer came (before 'open', so before any call).
+    let socket: Duplex | null = null;
+    ws.once('upgrade', (res) => (socket = res.socket));
     const channel = new RequestChannel({
-      send: (text) =>
+      send: (text) => {
+        if (socket) holdForTick(socket);
         ws.send(text, (err) => {
           // A failed write loses the socket: its close fails the calls on it.
           if (err) ws.terminate();
-        }),
+        });
+      },
       timeoutMs: this.deps.timeoutMs,
       timers: this.deps.clock,
       errors: this.errors,

@@ -16,6 +16,7 @@ import type { AppContext } from '../context.js';
 import type { Counter } from '../metrics.js';
 import type { Session } from '../sessions.js';
 import { Dispatcher } from './dispatch.js';
+import { holdForTick } from './tick-cork.js';
 import { TokenBucket } from './rate-limit.js';
 
 /** Close codes of RFC 6455 this server uses. */
@@ -46,6 +47,8 @@ class WsSession implements Session {
 
   constructor(
     readonly ws: WebSocket,
+    /** The socket under ws, held per tick by write(). */
+    readonly socket: Duplex,
     readonly remoteAddress: string,
     private readonly gateway: WsGateway,
   ) {
@@ -138,7 +141,7 @@ export class WsGateway {
       socket.end('HTTP/1.1 429 Too Many Requests\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, address));
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, socket, address));
   }
 
   /** Queues text on the session's socket; a consumer too slow to keep up is cut off. */
@@ -156,6 +159,7 @@ export class WsGateway {
       ws.terminate();
       return false;
     }
+    holdForTick(session.socket);
     session.flushed = new Promise((resolve) =>
       ws.send(text, (err) => {
         onFlushed?.(err);
@@ -202,8 +206,8 @@ export class WsGateway {
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
   }
 
-  private accept(ws: WebSocket, address: string): void {
-    const session = new WsSession(ws, address, this);
+  private accept(ws: WebSocket, socket: Duplex, address: string): void {
+    const session = new WsSession(ws, socket, address, this);
     const bucket = new TokenBucket(this.ctx.config.rateLimit, this.ctx.clock);
     this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
     // A socket that never logs in would hold its slot (and a challenge) for as long as it likes.
