@@ -57,6 +57,11 @@ export interface FederatedSendResult {
     /** Database commits per pair on each server, and writes grouped into each commit. */
     commitsPerPair: { A: number; B: number };
     writesPerCommit: { A: number; B: number };
+    /**
+     * Read and write syscalls per pair on each server, all its threads (Linux's /proc/<pid>/io: socket
+     * reads and writes, the WAL's pwrites, the checkpoint's preads and pwrites, fsyncs); null off Linux.
+     */
+    syscallsPerPair: { A: SyscallCounts | null; B: SyscallCounts | null };
   };
   fixedRate: {
     targetPairsPerSec: number;
@@ -209,6 +214,22 @@ export function runQueueWaitMs(pid: number): number | null {
   }
 }
 
+interface SyscallCounts {
+  reads: number;
+  writes: number;
+}
+
+/** The read and write syscalls the process (all its threads) has made so far, or null off Linux. */
+export function syscallCounts(pid: number): SyscallCounts | null {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+    const field = (name: string): number => Number(new RegExp(`^${name}: (\\d+)$`, 'm').exec(io)?.[1] ?? NaN);
+    return { reads: field('syscr'), writes: field('syscw') };
+  } catch {
+    return null;
+  }
+}
+
 /** One figure per server, named A and B. */
 function byServer<T>(servers: ServerProcess[], figure: (s: ServerProcess, i: number) => T): { A: T; B: T } {
   const [a, b] = servers.map(figure);
@@ -219,6 +240,19 @@ function waitedBetween(before: (number | null)[], servers: ServerProcess[]): { A
   return byServer(servers, (s, i) => {
     const now = runQueueWaitMs(s.pid);
     return now === null || before[i] === null ? null : Math.round(now - before[i]!);
+  });
+}
+
+function syscallsPerPair(
+  before: (SyscallCounts | null)[],
+  servers: ServerProcess[],
+  pairs: number,
+): { A: SyscallCounts | null; B: SyscallCounts | null } {
+  const per = (n: number): number => Number((n / pairs).toFixed(1));
+  return byServer(servers, (s, i) => {
+    const now = syscallCounts(s.pid);
+    const was = before[i];
+    return now && was ? { reads: per(now.reads - was.reads), writes: per(now.writes - was.writes) } : null;
   });
 }
 
@@ -268,6 +302,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
 
     // 1. Throughput until delivered.
     let cpu0 = servers.map((s) => s.cpuMs());
+    const sys0 = servers.map((s) => syscallCounts(s.pid));
     const commits0 = await Promise.all(servers.map(serverStats));
     let t0 = performance.now();
     await Promise.all(
@@ -281,6 +316,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     );
     const answeredMs = performance.now() - t0;
     let doneMs = (await tracker.allDelivered()) - t0;
+    const syscalls = syscallsPerPair(sys0, servers, CLIENTS * PAIRS);
     const commits1 = await Promise.all(servers.map(serverStats));
     const [ca, cb] = commits1.map((c, i) => ({
       commits: c.commits - commits0[i]!.commits,
@@ -300,6 +336,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       commitsPerPair: { A: round2(ca.commits / (CLIENTS * PAIRS)), B: round2(cb.commits / (CLIENTS * PAIRS)) },
       writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
+      syscallsPerPair: syscalls,
     };
 
     // 2. Latency at a fixed rate, round-robin over the senders.

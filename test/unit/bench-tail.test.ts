@@ -5,12 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { runQueueWaitMs } from '../../bench/lib/federated-load.js';
+import { runQueueWaitMs, syscallCounts } from '../../bench/lib/federated-load.js';
 import { startTailRecording, tailReport } from '../../bench/lib/tail.js';
 
 const probe = new URL('../../bench/lib/tail-probe.cjs', import.meta.url).pathname;
@@ -128,5 +128,22 @@ describe('bench tail probe', () => {
       for (const c of busy) c.kill();
     }
     assert.equal(runQueueWaitMs(2 ** 22 + 1), null); // above Linux's largest pid
+  });
+
+  it("counts a process's write syscalls from Linux", (t) => {
+    const before = syscallCounts(process.pid);
+    if (before === null) return t.skip('no /proc/<pid>/io here');
+    const dir = mkdtempSync(join(tmpdir(), 'shine-syscalls-test-'));
+    const fd = openSync(join(dir, 'f'), 'w');
+    try {
+      for (let i = 0; i < 100; i++) writeSync(fd, 'x');
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const after = syscallCounts(process.pid)!;
+    assert.ok(after.writes - before.writes >= 100, `${after.writes - before.writes} writes counted for 100`);
+    assert.ok(Number.isFinite(after.reads) && after.reads >= before.reads);
+    assert.equal(syscallCounts(2 ** 22 + 1), null);
   });
 });
