@@ -1,8 +1,8 @@
 /**
  * Federated delivery between two server processes on this machine (bench/lib/federated-load.ts):
  * alice<i>@A → bob<i>@B. Prints one JSON line with throughput until `delivered` and send → delivered
- * latency at a fixed rate, both servers' CPU, peak RSS and read/write syscalls per pair (throughput phase), and the disk's floor under that latency
- * (bench/lib/fsync-floor.ts: one fdatasync's p50/p99, measured first). The per-connection rate limit is lifted on
+ * latency at a fixed rate, both servers' CPU, peak RSS and read/write syscalls per pair (throughput phase),
+ * and the disk's floor under that latency (bench/lib/fsync-floor.ts: one fdatasync's p50/p99, measured first). The per-connection rate limit is lifted on
  * both servers, so no 429 is measured. Durability: SQLite WAL + synchronous=FULL on both servers
  * (BENCH_SYNC=normal for NORMAL).
  *

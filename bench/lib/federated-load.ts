@@ -236,23 +236,20 @@ function byServer<T>(servers: ServerProcess[], figure: (s: ServerProcess, i: num
   return { A: a!, B: b! };
 }
 
-function waitedBetween(before: (number | null)[], servers: ServerProcess[]): { A: number | null; B: number | null } {
-  return byServer(servers, (s, i) => {
-    const now = runQueueWaitMs(s.pid);
-    return now === null || before[i] === null ? null : Math.round(now - before[i]!);
-  });
-}
-
-function syscallsPerPair(
-  before: (SyscallCounts | null)[],
+/**
+ * What a per-process reading (of Linux's /proc) changed by on each server since `before`, which holds the
+ * readings taken then; null where either reading could not be taken.
+ */
+function sinceBefore<T, R>(
+  before: (T | null)[],
   servers: ServerProcess[],
-  pairs: number,
-): { A: SyscallCounts | null; B: SyscallCounts | null } {
-  const per = (n: number): number => Number((n / pairs).toFixed(1));
+  read: (pid: number) => T | null,
+  change: (now: T, was: T) => R,
+): { A: R | null; B: R | null } {
   return byServer(servers, (s, i) => {
-    const now = syscallCounts(s.pid);
-    const was = before[i];
-    return now && was ? { reads: per(now.reads - was.reads), writes: per(now.writes - was.writes) } : null;
+    const now = read(s.pid);
+    const was = before[i] ?? null;
+    return now === null || was === null ? null : change(now, was);
   });
 }
 
@@ -316,7 +313,11 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     );
     const answeredMs = performance.now() - t0;
     let doneMs = (await tracker.allDelivered()) - t0;
-    const syscalls = syscallsPerPair(sys0, servers, CLIENTS * PAIRS);
+    const perPair = (n: number): number => Number((n / (CLIENTS * PAIRS)).toFixed(1));
+    const syscalls = sinceBefore(sys0, servers, syscallCounts, (now, was) => ({
+      reads: perPair(now.reads - was.reads),
+      writes: perPair(now.writes - was.writes),
+    }));
     const commits1 = await Promise.all(servers.map(serverStats));
     const [ca, cb] = commits1.map((c, i) => ({
       commits: c.commits - commits0[i]!.commits,
@@ -367,7 +368,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
-      mainThreadWaitedForCoreMs: waitedBetween(waited0, servers),
+      mainThreadWaitedForCoreMs: sinceBefore(waited0, servers, runQueueWaitMs, (now, was) => Math.round(now - was)),
       ...(tail
         ? {
             tail: tailReport(
