@@ -443,6 +443,8 @@ export function storeContract(factory: StoreFactory): void {
       const undo = sqlite
         ? [
             ...later,
+            ...['insert', 'delete', 'update'].map((t) => `DROP TRIGGER dm_delivery_counts_${t}`),
+            'DROP TABLE dm_delivery_counts',
             'DROP INDEX dm_sync_outbox_digest',
             ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
             `PRAGMA user_version = ${version}`,
@@ -619,6 +621,48 @@ export function storeContract(factory: StoreFactory): void {
       // The history shows the sender's copy's delivery state.
       const states = (await history(store, 'alice', 'bob')).items.map((i) => i.deliveryState);
       assert.deepEqual(states, ['accepted', 'accepted', 'delivered']);
+    });
+
+    it('delivery rows by state: the count follows every write (new rows, revisions, outcomes, removal)', async () => {
+      const store = await fresh();
+      const scanned = async () => {
+        const out = { accepted: 0, delivered: 0, failed: 0 };
+        const rows = await factory.query(store, 'SELECT state, COUNT(*) AS n FROM dm_delivery_state GROUP BY state');
+        for (const r of rows) out[r.state as keyof typeof out] = Number(r.n);
+        return out;
+      };
+      const counted = async (expected: { accepted: number; delivered: number; failed: number }, step: string) => {
+        assert.deepEqual(await scanned(), expected, `${step}: the table`);
+        assert.deepEqual(await store.delivery.countDeliveriesByState(), expected, `${step}: the count`);
+      };
+      const at = (i: number) => ({ from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }) as const;
+      const keyOf = (i: number) => messageKeyOf(testPair(at(i)).outgoing);
+      const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+      const rev = { revisionTimeMs: 0, reencryptedAtMs: 0 };
+      await counted({ accepted: 0, delivered: 0, failed: 0 }, 'empty');
+      for (const i of [1, 2, 3]) await putPair(store, at(i), { delivery: accepted });
+      await putPair(store, at(4));
+      await putPair(store, at(5), { delivery: { ...accepted, state: 'failed', nextAttemptAtMs: null } });
+      await counted({ accepted: 3, delivered: 1, failed: 1 }, 'stored');
+      assert.equal(await store.delivery.markDelivered(keyOf(1), rev, T0 + 1, null), true);
+      assert.equal(await store.delivery.markDelivered(keyOf(1), rev, T0 + 1, null), false);
+      await counted({ accepted: 2, delivered: 2, failed: 1 }, 'markDelivered');
+      const row = (await store.delivery.getDelivery(keyOf(2)))!;
+      const gaveUp = { state: 'failed' as const, attempt: 9, nextAttemptAtMs: null, lastError: 'beta: timeout' };
+      assert.equal(await store.delivery.finishDelivery(keyOf(2), row.rowVersion, gaveUp, T0 + 2), true);
+      const retry = { state: 'accepted' as const, attempt: 2, nextAttemptAtMs: T0 + 9, lastError: 'beta: timeout' };
+      assert.equal(await store.delivery.finishDelivery(keyOf(3), 1, retry, T0 + 2), true);
+      await counted({ accepted: 1, delivered: 2, failed: 2 }, 'finishDelivery');
+      // A new revision restarts the delivered row and the failed one; the same revision again changes nothing.
+      for (const i of [4, 5]) {
+        await putPair(store, { ...at(i), revisionTimeMs: 7 }, { delivery: accepted });
+        await putPair(store, { ...at(i), revisionTimeMs: 7 }, { delivery: accepted });
+      }
+      await counted({ accepted: 3, delivered: 1, failed: 1 }, 'revised');
+      // Removed by `shine check`'s repair once its pair has no copy any more.
+      await factory.query(store, 'DELETE FROM signed_messages WHERE base_key = ?', [keyOf(1).slice(0, -2)]);
+      assert.equal(await store.check.removeDeliveriesWithoutCopy([keyOf(1)]), 1);
+      await counted({ accepted: 3, delivered: 0, failed: 1 }, 'removed');
     });
 
     it('delivery proofs (§13.1): kept with the row by storePair, markDelivered, finishDelivery and setDeliveryProof; shown in history only for the delivered revision', async () => {

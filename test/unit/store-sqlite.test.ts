@@ -436,3 +436,22 @@ describe('SQLite: migration 8 (the outbox without its primary key index)', () =>
     assert.deepEqual(await store.replication.outboxCounts('kim'), { synced: 4, unsynced: 0 });
   });
 });
+
+describe('SQLite: migration 9 (delivery rows counted by state)', () => {
+  it('counts the rows of a database made by migration 8, then keeps the count as rows change', async () => {
+    const store = madeBy(8);
+    const at = (i: number) => ({ from: 'kim', to: 'lee', timeMs: T0 + i, nonce: i }) as const;
+    const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    for (const i of [1, 2, 3]) await putPair(store, at(i));
+    for (const i of [4, 5]) await putPair(store, at(i), { delivery: accepted });
+    await putPair(store, at(6), { delivery: { ...accepted, state: 'failed', nextAttemptAtMs: null } });
+
+    await store.migrate();
+    assert.equal(store.db.conn.pragma('user_version', { simple: true }), SQLITE_MIGRATIONS.length);
+    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 2, delivered: 3, failed: 1 });
+    const key = messageKeyOf(testPair(at(4)).outgoing);
+    assert.equal(await store.delivery.markDelivered(key, { revisionTimeMs: 0, reencryptedAtMs: 0 }, T0, null), true);
+    await putPair(store, at(7));
+    assert.deepEqual(await store.delivery.countDeliveriesByState(), { accepted: 1, delivered: 5, failed: 1 });
+  });
+});
