@@ -326,10 +326,9 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
     state TEXT PRIMARY KEY,
     n INTEGER NOT NULL
   ) STRICT, WITHOUT ROWID;
-  INSERT INTO dm_delivery_counts (state, n)
-    SELECT s.state, (SELECT COUNT(*) FROM dm_delivery_state d WHERE d.state = s.state)
-    FROM (SELECT 'accepted' AS state UNION ALL SELECT 'delivered' UNION ALL SELECT 'failed'
-          UNION SELECT DISTINCT state FROM dm_delivery_state) AS s;
+  INSERT INTO dm_delivery_counts (state, n) VALUES ('accepted', 0), ('delivered', 0), ('failed', 0);
+  INSERT INTO dm_delivery_counts (state, n) SELECT state, COUNT(*) FROM dm_delivery_state GROUP BY state
+    ON CONFLICT (state) DO UPDATE SET n = excluded.n;
   CREATE TRIGGER dm_delivery_counts_insert AFTER INSERT ON dm_delivery_state BEGIN
     INSERT INTO dm_delivery_counts (state, n) VALUES (NEW.state, 1) ON CONFLICT (state) DO UPDATE SET n = n + 1;
   END;
