@@ -1,0 +1,156 @@
+/**
+ * Reads whose cost could grow with a user's history, on one large SQLite store, in this process (no server):
+ * each runs on the event loop of a server with the default (inline) writer, so its time is a stall for every
+ * session of that process. BENCH_PAIRS pairs of one owner, alice, with BENCH_PEERS peers (remote users on
+ * server `beta`), half sent by alice (their delivery rows `accepted`, not due: beta is down), half received
+ * (unread), are stored through the store; alice's device `phone`, seen before all of them, acknowledges all
+ * but the newest BENCH_BACKLOG. Then, medians of BENCH_READS runs (ms):
+ *  - replay: every page (500 copies) of what the device has not acknowledged, as a login sends it, and the
+ *    first page once everything is acknowledged (what each reconnect of an up-to-date device costs);
+ *  - GetConversations (50 newest conversations with their unread counts);
+ *  - a GetDirectMessages page (50) near the start of the first conversation (a deep scroll-back);
+ *  - the wake-up of rows due to another server (`gamma`) when it connects, with beta's rows waiting.
+ * Durability: WAL + synchronous=FULL (BENCH_SYNC=normal for NORMAL); the seed runs in group commits of 500.
+ *
+ * Env: BENCH_PAIRS (100000), BENCH_PEERS (100), BENCH_BACKLOG (5000), BENCH_READS (5), BENCH_SYNC (full).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { messageKeyOf } from '../src/protocol/container.js';
+import { openSqliteStore } from '../src/server/store/sqlite/store.js';
+import type { StoredCopy } from '../src/server/store/types.js';
+import { pairOf } from '../test/helpers/replication.js';
+import { machine } from './lib/machine.js';
+import { ascending } from './lib/percentile.js';
+
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 100_000);
+const PEERS = Number(process.env.BENCH_PEERS ?? 100);
+const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 5000);
+const READS = Number(process.env.BENCH_READS ?? 5);
+const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
+const PAGE = 500;
+const T0 = Date.now() - 30 * 86_400_000;
+
+const median = (values: number[]): number => ascending(values)[Math.floor(values.length / 2)] ?? 0;
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < READS; i++) {
+    const t = process.hrtime.bigint();
+    await fn();
+    times.push(Number(process.hrtime.bigint() - t) / 1e6);
+  }
+  return +median(times).toFixed(2);
+}
+
+const dir = mkdtempSync(join(os.tmpdir(), 'shine-bench-large-'));
+const store = openSqliteStore({ path: join(dir, 'shine.sqlite'), sync: SYNC });
+try {
+  await store.migrate();
+  for (let p = 0; p < PEERS; p++) {
+    const login = `peer${p}`;
+    await store.directory.putUser(
+      {
+        login,
+        signKeyB64: 's',
+        encKeyB64: 'e',
+        accessServers: ['beta'],
+        version: 1,
+        updatedAtMs: T0,
+        signatureB64: 'x',
+      },
+      'imported',
+      T0,
+    );
+  }
+  await store.devices.touchDevice('alice', 'phone', T0 - 1);
+
+  // Pair i at T0 + i minutes' worth of ms: alice → peer (i even) or peer → alice (i odd).
+  const keys: string[] = [];
+  const firstPeerTimes: number[] = [];
+  const seedStarted = performance.now();
+  for (let from = 0; from < PAIRS; from += 500) {
+    const writes: Promise<unknown>[] = [];
+    for (let i = from; i < Math.min(PAIRS, from + 500); i++) {
+      const peer = `peer${Math.floor(i / 2) % PEERS}`;
+      const sent = i % 2 === 0;
+      const t = T0 + i * 20;
+      const { incoming, outgoing } = pairOf(
+        { from: sent ? 'alice' : peer, to: sent ? peer : 'alice', timeMs: t, nonce: i },
+        { kind: 'text', bodyBytes: 96 },
+      );
+      keys.push(messageKeyOf(sent ? outgoing : incoming));
+      if (peer === 'peer0') firstPeerTimes.push(t);
+      writes.push(
+        store.messages.storePair({
+          incoming,
+          outgoing,
+          nowMs: t,
+          outbox: { owners: new Map([['alice', false]]) },
+          delivery: sent
+            ? { state: 'accepted', attempt: 3, acceptedAtMs: t, nextAttemptAtMs: T0 + 60 * 86_400_000 }
+            : { state: 'delivered', attempt: 1, acceptedAtMs: t, nextAttemptAtMs: null },
+        }),
+      );
+    }
+    await Promise.all(writes);
+  }
+  for (let i = 0; i < keys.length - BACKLOG; i += 1000) {
+    await store.devices.ackForDevice('alice', 'phone', keys.slice(i, Math.min(i + 1000, keys.length - BACKLOG)), T0);
+  }
+  const seedSeconds = (performance.now() - seedStarted) / 1000;
+
+  /** Walks the device's replay page by page; answers the copies replayed. */
+  const replay = async (): Promise<number> => {
+    let after: StoredCopy | undefined;
+    let n = 0;
+    for (;;) {
+      const page = await store.devices.pendingForDevice(
+        'alice',
+        'phone',
+        after ? { storedAtMs: after.storedAtMs, messageKey: after.messageKey } : null,
+        PAGE,
+      );
+      n += page.length;
+      if (page.length < PAGE) return n;
+      after = page.at(-1);
+    }
+  };
+  const replayed = await replay();
+  const replayBacklogMs = await timed(replay);
+  const conversations = await store.messages.getConversations('alice', 50);
+  const conversationsMs = await timed(() => store.messages.getConversations('alice', 50));
+  const before = firstPeerTimes[20]!;
+  const historyQuery = { owner: 'alice', peer: 'peer0', beforeTimeMs: before, beforeMessageKey: '', limit: 50 };
+  const history = await store.messages.getDirectMessages(historyQuery);
+  const historyDeepPageMs = await timed(() => store.messages.getDirectMessages(historyQuery));
+  const woken = await store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000);
+  const wakeOtherServerMs = await timed(() =>
+    store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000),
+  );
+  await store.devices.ackForDevice('alice', 'phone', keys.slice(keys.length - BACKLOG), T0);
+  const replayUpToDateMs = await timed(replay);
+
+  console.log(
+    JSON.stringify({
+      bench: 'large-store',
+      date: new Date().toISOString(),
+      machine: machine(),
+      durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
+      store: {
+        pairs: PAIRS,
+        peers: PEERS,
+        aliceCopies: PAIRS,
+        acceptedRows: Math.ceil(PAIRS / 2),
+        seedSeconds: +seedSeconds.toFixed(1),
+      },
+      replay: { backlog: BACKLOG, replayed, pageSize: PAGE, allPagesMs: replayBacklogMs, upToDateMs: replayUpToDateMs },
+      getConversations: { rows: conversations.length, ms: conversationsMs },
+      getDirectMessagesDeepPage: { rows: history.items.length, ms: historyDeepPageMs },
+      wakeOtherServer: { woken, ms: wakeOtherServerMs },
+    }),
+  );
+} finally {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+}
