@@ -31,7 +31,8 @@ export class PgDeviceStore implements DeviceStore {
   ): Promise<StoredCopy[]> {
     const r = await this.db.query<MessageDbRow>(
       `SELECT m.* FROM session_devices d
-         JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= d.first_seen_at_ms
+         JOIN signed_messages m ON m.owner_login = d.owner_login
+           AND m.stored_at_ms >= GREATEST(d.first_seen_at_ms, $3::bigint)
        WHERE d.owner_login = $1 AND d.device_id = $2 AND m.replay AND m.origin_device IS DISTINCT FROM d.device_id
          AND (m.stored_at_ms, m.message_key) > ($3::bigint, $4::text)
          AND NOT EXISTS (

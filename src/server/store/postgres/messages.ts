@@ -125,10 +125,18 @@ export class PgMessageStore implements MessageStore {
     const r = await this.db.query<HistoryDbRow>(
       `SELECT m.*, d.state AS delivery_state, ${HISTORY_PROOF} FROM signed_messages m
          LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
-       WHERE m.owner_login = $1 AND m.peer_login = $2 AND m.message_type IN (1, 2)
+       WHERE m.owner_login = $1 AND m.peer_login = $2 AND m.message_type IN (1, 2) AND m.time_ms <= $7::bigint
          AND ($3::boolean OR (m.time_ms, m.message_key) < ($4::bigint, $5::text))
        ORDER BY m.time_ms DESC, m.message_key DESC LIMIT $6`,
-      [q.owner, q.peer, first, q.beforeTimeMs, q.beforeMessageKey, q.limit + 1],
+      [
+        q.owner,
+        q.peer,
+        first,
+        q.beforeTimeMs,
+        q.beforeMessageKey,
+        q.limit + 1,
+        first ? Number.MAX_SAFE_INTEGER : q.beforeTimeMs,
+      ],
     );
     const rows = r.rows;
     return toHistoryPage(rows, q.limit);

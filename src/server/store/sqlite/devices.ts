@@ -33,9 +33,11 @@ export class SqliteDeviceStore extends SqliteArea implements DeviceStore {
     after: { storedAtMs: number; messageKey: string } | null,
     limit: number,
   ): Promise<StoredCopy[]> {
+    // The index range starts at the page's cursor: each page reads from where the last one ended, not from
+    // the device's first day again.
     const rows = this.sql(
       `SELECT m.* FROM session_devices d
-         JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= d.first_seen_at_ms
+         JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= MAX(d.first_seen_at_ms, ?)
        WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1 AND m.origin_device IS NOT d.device_id
          AND (m.stored_at_ms, m.message_key) > (?, ?)
          AND NOT EXISTS (
@@ -43,7 +45,14 @@ export class SqliteDeviceStore extends SqliteArea implements DeviceStore {
            WHERE a.owner_login = m.owner_login AND a.device_id = d.device_id AND a.message_key = m.message_key
              AND (a.revision_time_ms, a.reencrypted_at_ms) >= (m.revision_time_ms, m.reencrypted_at_ms))
        ORDER BY m.stored_at_ms, m.message_key LIMIT ?`,
-    ).all(login, deviceId, after?.storedAtMs ?? -1, after?.messageKey ?? '', limit) as MessageDbRow[];
+    ).all(
+      after?.storedAtMs ?? -1,
+      login,
+      deviceId,
+      after?.storedAtMs ?? -1,
+      after?.messageKey ?? '',
+      limit,
+    ) as MessageDbRow[];
     return rows.map(toStoredCopy);
   }
 

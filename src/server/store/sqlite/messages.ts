@@ -193,16 +193,19 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
   }
 
   async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {
+    const first = q.beforeTimeMs === 0 && q.beforeMessageKey === '';
     const rows = this.sql(
       `SELECT m.*, d.state AS delivery_state, ${HISTORY_PROOF} FROM signed_messages m
          LEFT JOIN dm_delivery_state d ON m.message_type = 2 AND d.outgoing_key = m.message_key
-       WHERE m.owner_login = ? AND m.peer_login = ? AND m.message_type IN (1, 2)
+       WHERE m.owner_login = ? AND m.peer_login = ? AND m.message_type IN (1, 2) AND m.time_ms <= ?
          AND (? = 0 OR m.time_ms < ? OR (m.time_ms = ? AND m.message_key < ?))
        ORDER BY m.time_ms DESC, m.message_key DESC LIMIT ?`,
     ).all(
       q.owner,
       q.peer,
-      q.beforeTimeMs === 0 && q.beforeMessageKey === '' ? 0 : 1,
+      // The bound the index seeks to (the OR after it alone would read the conversation from its newest).
+      first ? Number.MAX_SAFE_INTEGER : q.beforeTimeMs,
+      first ? 0 : 1,
       q.beforeTimeMs,
       q.beforeTimeMs,
       q.beforeMessageKey,

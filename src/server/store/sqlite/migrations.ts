@@ -341,4 +341,11 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
     INSERT INTO dm_delivery_counts (state, n) VALUES (NEW.state, 1) ON CONFLICT (state) DO UPDATE SET n = n + 1;
   END;
   `,
+  // 10: the due index holds what a peer's wake-up filters on (its recipient, when it was accepted), so waking
+  // the rows of one server reads the index alone, not every waiting row of every server (docs/performance.md).
+  `
+  DROP INDEX dm_delivery_state_due;
+  CREATE INDEX dm_delivery_state_due
+    ON dm_delivery_state (next_attempt_at_ms, recipient_login, accepted_at_ms) WHERE state = 'accepted';
+  `,
 ];
