@@ -5,8 +5,9 @@
  * server `beta`), half sent by alice (their delivery rows `accepted`, not due: beta is down), half received
  * (unread), are stored through the store; alice's device `phone`, seen before all of them, acknowledges all
  * but the newest BENCH_BACKLOG. Then, medians of BENCH_READS runs (ms):
- *  - replay: every page (500 copies) of what the device has not acknowledged, as a login sends it, and the
- *    first page once everything is acknowledged (what each reconnect of an up-to-date device costs);
+ *  - replay: every page (500 copies) of what the device has not acknowledged, as a login reads it (raising
+ *    the device's replay floor after the first page, as a login does), and the same once everything is
+ *    acknowledged (what each reconnect of an up-to-date device costs);
  *  - GetConversations (50 newest conversations with their unread counts);
  *  - a GetDirectMessages page (50) near the start of the first conversation (a deep scroll-back);
  *  - the wake-up of rows due to another server (`gamma`) when it connects, with beta's rows waiting.
@@ -18,6 +19,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { messageKeyOf } from '../src/protocol/container.js';
+import { replayFloorAfter } from '../src/server/dm/service.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { StoredCopy } from '../src/server/store/types.js';
 import { pairOf } from '../test/helpers/replication.js';
@@ -100,7 +102,7 @@ try {
   }
   const seedSeconds = (performance.now() - seedStarted) / 1000;
 
-  /** Walks the device's replay page by page; answers the copies replayed. */
+  /** Walks the device's replay page by page, raising its floor as a login does; answers the copies replayed. */
   const replay = async (): Promise<number> => {
     let after: StoredCopy | undefined;
     let n = 0;
@@ -111,6 +113,7 @@ try {
         after ? { storedAtMs: after.storedAtMs, messageKey: after.messageKey } : null,
         PAGE,
       );
+      if (!after) await store.devices.advanceReplayFloor('alice', 'phone', replayFloorAfter(page, Date.now()));
       n += page.length;
       if (page.length < PAGE) return n;
       after = page.at(-1);

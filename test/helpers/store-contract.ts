@@ -445,6 +445,7 @@ export function storeContract(factory: StoreFactory): void {
             ...later,
             ...['insert', 'delete', 'update'].map((t) => `DROP TRIGGER dm_delivery_counts_${t}`),
             'DROP TABLE dm_delivery_counts',
+            'ALTER TABLE session_devices DROP COLUMN replay_floor_ms',
             'DROP INDEX dm_sync_outbox_digest',
             ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
             `PRAGMA user_version = ${version}`,
@@ -452,6 +453,7 @@ export function storeContract(factory: StoreFactory): void {
         : [
             ...later,
             'ALTER TABLE dm_sync_outbox DROP COLUMN time_ms, DROP COLUMN copies, DROP COLUMN digest',
+            'ALTER TABLE session_devices DROP COLUMN replay_floor_ms',
             `DELETE FROM schema_migrations WHERE version > ${version}`,
           ];
       for (const sql of undo) await factory.query(store, sql);
@@ -558,6 +560,37 @@ export function storeContract(factory: StoreFactory): void {
       assert.equal(await store.devices.forgetDevicesBefore(T0 + 1), 0);
       assert.equal(await store.devices.forgetDevicesBefore(T0 + 2), 1);
       assert.equal((await store.devices.touchDevice('erin', 'phone', T0 + 20)).isNew, true);
+    });
+
+    it("a device's replay floor: the replay reads from it, it never falls, a later revision above it is replayed", async () => {
+      const store = await fresh();
+      await store.devices.touchDevice('erin', 'phone', T0);
+      const spec = (i: number) => ({ from: 'frank', to: 'erin', timeMs: T0 + i, nonce: i });
+      for (const i of [1, 2, 3, 4, 5]) await putPair(store, spec(i));
+      const pending = async () =>
+        (await store.devices.pendingForDevice('erin', 'phone', null, 100)).map((p) => p.timeMs);
+      const copies = await store.devices.pendingForDevice('erin', 'phone', null, 100);
+      await store.devices.ackForDevice('erin', 'phone', [copies[0]!.messageKey, copies[1]!.messageKey], T0 + 6);
+      assert.deepEqual(await pending(), [T0 + 3, T0 + 4, T0 + 5]);
+      // At the first copy still pending, the replay is unchanged.
+      await store.devices.advanceReplayFloor('erin', 'phone', T0 + 3);
+      assert.deepEqual(await pending(), [T0 + 3, T0 + 4, T0 + 5]);
+      // Above it, the replay starts there (the caller vouches for what lies below), also with a cursor.
+      await store.devices.advanceReplayFloor('erin', 'phone', T0 + 4);
+      assert.deepEqual(await pending(), [T0 + 4, T0 + 5]);
+      const cursor = { storedAtMs: T0 + 1, messageKey: copies[0]!.messageKey };
+      assert.deepEqual(
+        (await store.devices.pendingForDevice('erin', 'phone', cursor, 100)).map((p) => p.timeMs),
+        [T0 + 4, T0 + 5],
+      );
+      await store.devices.advanceReplayFloor('erin', 'phone', T0 + 2);
+      assert.deepEqual(await pending(), [T0 + 4, T0 + 5], 'a lower floor does not lower it');
+      // A new revision of an acknowledged copy below the floor is stored now, above it, and replayed.
+      await putPair(store, { ...spec(1), revisionTimeMs: T0 + 9 }, { nowMs: T0 + 9 });
+      assert.deepEqual(await pending(), [T0 + 4, T0 + 5, T0 + 1]);
+      // Another device of the same user keeps its own floor.
+      await store.devices.touchDevice('erin', 'laptop', T0);
+      assert.equal((await store.devices.pendingForDevice('erin', 'laptop', null, 100)).length, 5);
     });
 
     it('delivery rows: due through the index, a stored lease, one winner of two claims, finish, markDelivered', async () => {

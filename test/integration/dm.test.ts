@@ -40,6 +40,7 @@ import type { RawClient } from '../helpers/raw-client.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import type { TestUser } from '../helpers/users.js';
 import { assertSessionWorks, connectUser, login, makeUser } from '../helpers/users.js';
+import { queryTestDb } from '../helpers/test-db.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const PAIR_OPS: readonly PairOp[] = ['SendMessagePair', 'DeleteMessage', 'DeleteConversation'];
@@ -976,6 +977,40 @@ describe('dm: reconnect and replay (docs/protocol.md §5.3)', () => {
       incomingEvent('b1'),
     ]);
     await tablet.close();
+  });
+
+  it("a login raises the device's replay floor to the first copy it lacks, and no nearer the clock than an hour", async () => {
+    const floorOf = async (deviceId: string) =>
+      Number(
+        (
+          await queryTestDb(
+            server.config.db,
+            'SELECT replay_floor_ms AS "floorMs" FROM session_devices WHERE owner_login = ? AND device_id = ?',
+            ['bob', deviceId],
+          )
+        )[0]!.floorMs,
+      );
+    // The phone got m4 live and never acknowledged it; two hours pass.
+    await offline(phone, bob, 'phone');
+    clock.advance(2 * 3_600_000);
+    phone = await connectUser(server.wsUrl, bob, 'phone');
+    await waitUntil(() => directMessages(phone).length >= 1, 5_000, 'the replay');
+    await settled(phone);
+    assert.deepEqual(directMessages(phone)[0], incomingEvent('m4'));
+    await waitUntil(async () => (await floorOf('phone')) === stored.get('m4')!.storedAtMs, 5_000, "m4's time");
+    // Acknowledged, the next login finds nothing and the floor stops an hour before the clock.
+    await phone.call('AckSessionDelivery', { messageKeys: directMessages(phone).map((e) => e.messageKey) });
+    await offline(phone, bob, 'phone');
+    phone = await online(bob, 'phone');
+    assert.deepEqual(directMessages(phone), []);
+    await waitUntil(async () => (await floorOf('phone')) === clock.now() - 3_600_000, 5_000, 'an hour ago');
+    // A copy stored now, above the floor, is replayed as before.
+    await offline(phone, bob, 'phone');
+    await sendAt(laptop, 'm5', 'SendMessagePair', testPair({ from: 'alice', to: 'bob', timeMs: T + 60, nonce: 6 }));
+    phone = await connectUser(server.wsUrl, bob, 'phone');
+    await waitUntil(() => directMessages(phone).length >= 1, 5_000, 'the replay');
+    await settled(phone);
+    assert.deepEqual(directMessages(phone), [incomingEvent('m5')]);
   });
 });
 

@@ -67,6 +67,20 @@ export interface CheckedPair {
 
 const REPLAY_PAGE = 500;
 const HOUR = 3_600_000;
+/**
+ * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
+ * storedAtMs and committing, or than the clocks of one server's processes disagree.
+ */
+const REPLAY_FLOOR_LAG_MS = HOUR;
+
+/**
+ * Where a device's next replay may start, from the first page of this one (started at startedAtMs):
+ * everything stored before the first copy still pending is acknowledged, so there, or an hour before
+ * the start, whichever is earlier; not at the device's first day.
+ */
+export function replayFloorAfter(firstPage: readonly StoredCopy[], startedAtMs: number): number {
+  return Math.min(firstPage[0]?.storedAtMs ?? Infinity, startedAtMs - REPLAY_FLOOR_LAG_MS);
+}
 
 export class DmService {
   private maintenance: TimerHandle | null = null;
@@ -348,10 +362,17 @@ export class DmService {
    */
   async replayPending(session: UserSession, signal?: AbortSignal): Promise<void> {
     const { login, deviceId } = session;
-    const { store } = this.deps;
+    const { store, clock, background } = this.deps;
+    const startedAtMs = clock.now();
     let after: { storedAtMs: number; messageKey: string } | null = null;
     for (;;) {
       const page: StoredCopy[] = await store.devices.pendingForDevice(login, deviceId, after, REPLAY_PAGE);
+      if (after === null) {
+        const floorMs = replayFloorAfter(page, startedAtMs);
+        background.run('replay floor', { login, deviceId }, () =>
+          store.devices.advanceReplayFloor(login, deviceId, floorMs),
+        );
+      }
       for (const copy of page) {
         if (signal?.aborted) return;
         if (!(await session.sendPaced(eventFrame('DirectMessage', directMessageEvent(copy))))) return;

@@ -326,7 +326,8 @@ export interface DeviceStore {
   touchDevice(login: string, deviceId: string, nowMs: number): Promise<{ firstSeenAtMs: number; isNew: boolean }>;
   /**
    * Copies of owner stored since the device was first seen and not acknowledged at their revision,
-   * in (storedAtMs, messageKey) order after the cursor.
+   * in (storedAtMs, messageKey) order after the cursor. Only copies stored at or after the device's
+   * replay floor are read (advanceReplayFloor).
    */
   pendingForDevice(
     login: string,
@@ -339,6 +340,12 @@ export interface DeviceStore {
    * Isolation: an acknowledgement only moves forward (a conditional upsert).
    */
   ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number>;
+  /**
+   * Raises the device's replay floor to floorMs (never lowers it). The caller vouches that every copy
+   * pendingForDevice could return below floorMs is acknowledged, and that no copy will be stored below it
+   * later: a copy's storedAtMs is the storing process's clock, and each new revision takes a new one.
+   */
+  advanceReplayFloor(login: string, deviceId: string, floorMs: number): Promise<void>;
   /** Forgets devices not seen since cutoffMs (and their acknowledgements). */
   forgetDevicesBefore(cutoffMs: number): Promise<number>;
 }

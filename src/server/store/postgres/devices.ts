@@ -32,7 +32,7 @@ export class PgDeviceStore implements DeviceStore {
     const r = await this.db.query<MessageDbRow>(
       `SELECT m.* FROM session_devices d
          JOIN signed_messages m ON m.owner_login = d.owner_login
-           AND m.stored_at_ms >= GREATEST(d.first_seen_at_ms, $3::bigint)
+           AND m.stored_at_ms >= GREATEST(d.first_seen_at_ms, d.replay_floor_ms, $3::bigint)
        WHERE d.owner_login = $1 AND d.device_id = $2 AND m.replay AND m.origin_device IS DISTINCT FROM d.device_id
          AND (m.stored_at_ms, m.message_key) > ($3::bigint, $4::text)
          AND NOT EXISTS (
@@ -43,6 +43,14 @@ export class PgDeviceStore implements DeviceStore {
       [login, deviceId, after?.storedAtMs ?? -1, after?.messageKey ?? '', limit],
     );
     return r.rows.map(toStoredCopy);
+  }
+
+  async advanceReplayFloor(login: string, deviceId: string, floorMs: number): Promise<void> {
+    await this.db.query(
+      `UPDATE session_devices SET replay_floor_ms = $3
+       WHERE owner_login = $1 AND device_id = $2 AND replay_floor_ms < $3`,
+      [login, deviceId, floorMs],
+    );
   }
 
   async ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number> {

@@ -263,6 +263,8 @@ export const POSTGRES_MIGRATIONS: readonly PgMigration[] = [
   );
   CREATE INDEX chain_partner_acks_login ON chain_partner_acks (login);
   `,
+  // 7: each device's replay floor, as SQLite's migration 11.
+  `ALTER TABLE session_devices ADD COLUMN replay_floor_ms BIGINT NOT NULL DEFAULT 0;`,
 ];
 
 const MIGRATION_LOCK = lockKey('shine:migrations');

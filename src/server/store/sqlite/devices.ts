@@ -33,11 +33,12 @@ export class SqliteDeviceStore extends SqliteArea implements DeviceStore {
     after: { storedAtMs: number; messageKey: string } | null,
     limit: number,
   ): Promise<StoredCopy[]> {
-    // The index range starts at the page's cursor: each page reads from where the last one ended, not from
-    // the device's first day again.
+    // The index range starts at the page's cursor or the device's replay floor: each page reads from where
+    // the last one ended, and a replay from where the device was known to be up to date.
     const rows = this.sql(
       `SELECT m.* FROM session_devices d
-         JOIN signed_messages m ON m.owner_login = d.owner_login AND m.stored_at_ms >= MAX(d.first_seen_at_ms, ?)
+         JOIN signed_messages m ON m.owner_login = d.owner_login
+           AND m.stored_at_ms >= MAX(d.first_seen_at_ms, d.replay_floor_ms, ?)
        WHERE d.owner_login = ? AND d.device_id = ? AND m.replay = 1 AND m.origin_device IS NOT d.device_id
          AND (m.stored_at_ms, m.message_key) > (?, ?)
          AND NOT EXISTS (
@@ -54,6 +55,14 @@ export class SqliteDeviceStore extends SqliteArea implements DeviceStore {
       limit,
     ) as MessageDbRow[];
     return rows.map(toStoredCopy);
+  }
+
+  advanceReplayFloor(login: string, deviceId: string, floorMs: number): Promise<void> {
+    return this.db.write(() => {
+      this.sql(
+        'UPDATE session_devices SET replay_floor_ms = ? WHERE owner_login = ? AND device_id = ? AND replay_floor_ms < ?',
+      ).run(floorMs, login, deviceId, floorMs);
+    });
   }
 
   ackForDevice(login: string, deviceId: string, messageKeys: readonly string[], nowMs: number): Promise<number> {

@@ -348,4 +348,8 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   CREATE INDEX dm_delivery_state_due
     ON dm_delivery_state (next_attempt_at_ms, recipient_login, accepted_at_ms) WHERE state = 'accepted';
   `,
+  // 11: each device's replay floor: every copy stored before it is acknowledged by the device (or not
+  // replayed to it), so a login's replay reads from there, not from the device's first day
+  // (store/types.ts DeviceStore.advanceReplayFloor).
+  `ALTER TABLE session_devices ADD COLUMN replay_floor_ms INTEGER NOT NULL DEFAULT 0;`,
 ];
