@@ -446,6 +446,7 @@ export function storeContract(factory: StoreFactory): void {
             ...['insert', 'delete', 'update'].map((t) => `DROP TRIGGER dm_delivery_counts_${t}`),
             'DROP TABLE dm_delivery_counts',
             'ALTER TABLE session_devices DROP COLUMN replay_floor_ms',
+            'DROP INDEX signed_messages_unread',
             'DROP INDEX dm_sync_outbox_digest',
             ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
             `PRAGMA user_version = ${version}`,
@@ -454,6 +455,7 @@ export function storeContract(factory: StoreFactory): void {
             ...later,
             'ALTER TABLE dm_sync_outbox DROP COLUMN time_ms, DROP COLUMN copies, DROP COLUMN digest',
             'ALTER TABLE session_devices DROP COLUMN replay_floor_ms',
+            'DROP INDEX signed_messages_unread',
             `DELETE FROM schema_migrations WHERE version > ${version}`,
           ];
       for (const sql of undo) await factory.query(store, sql);

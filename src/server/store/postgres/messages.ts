@@ -143,15 +143,25 @@ export class PgMessageStore implements MessageStore {
   }
 
   async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
-    // The newest message per peer in history order (timeMs DESC, messageKey DESC), as GetDirectMessages.
+    // The newest message per peer in history order (timeMs DESC, messageKey DESC), as GetDirectMessages:
+    // the peers walked one index seek each, as on SQLite (store/sqlite/messages.ts), unread copies counted
+    // in the unread index (migration 8).
     const r = await this.db.query<{ peer_login: string; last_time_ms: number; message_key: string; unread: number }>(
-      `SELECT peer_login, time_ms AS last_time_ms, message_key, unread FROM (
-         SELECT peer_login, time_ms, message_key,
-                ROW_NUMBER() OVER (PARTITION BY peer_login ORDER BY time_ms DESC, message_key DESC) AS newest,
-                (COUNT(*) FILTER (WHERE message_type = 1 AND read_at_ms IS NULL) OVER (PARTITION BY peer_login))::int
-                  AS unread
-         FROM signed_messages WHERE owner_login = $1 AND message_type IN (1, 2)) per_peer
-       WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT $2`,
+      `WITH RECURSIVE peers(p) AS (
+         (SELECT peer_login FROM signed_messages WHERE owner_login = $1 AND message_type IN (1, 2)
+          ORDER BY peer_login LIMIT 1)
+         UNION ALL
+         SELECT (SELECT peer_login FROM signed_messages
+                 WHERE owner_login = $1 AND message_type IN (1, 2) AND peer_login > p ORDER BY peer_login LIMIT 1)
+         FROM peers WHERE p IS NOT NULL)
+       SELECT p AS peer_login, n.time_ms AS last_time_ms, n.message_key,
+              (SELECT COUNT(*)::int FROM signed_messages u
+               WHERE u.owner_login = $1 AND u.peer_login = p AND u.message_type = 1 AND u.read_at_ms IS NULL) AS unread
+       FROM peers CROSS JOIN LATERAL (
+         SELECT time_ms, message_key FROM signed_messages
+         WHERE owner_login = $1 AND peer_login = p AND message_type IN (1, 2)
+         ORDER BY time_ms DESC, message_key DESC LIMIT 1) n
+       WHERE p IS NOT NULL ORDER BY last_time_ms DESC, peer_login LIMIT $2`,
       [owner, limit],
     );
     return r.rows.map((row) => ({

@@ -265,6 +265,9 @@ export const POSTGRES_MIGRATIONS: readonly PgMigration[] = [
   `,
   // 7: each device's replay floor, as SQLite's migration 11.
   `ALTER TABLE session_devices ADD COLUMN replay_floor_ms BIGINT NOT NULL DEFAULT 0;`,
+  // 8: unread text copies by owner and peer, as SQLite's migration 12.
+  `CREATE INDEX signed_messages_unread ON signed_messages (owner_login, peer_login)
+     WHERE message_type = 1 AND read_at_ms IS NULL;`,
 ];
 
 const MIGRATION_LOCK = lockKey('shine:migrations');

@@ -216,15 +216,26 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
 
   async getConversations(owner: string, limit: number): Promise<ConversationRow[]> {
     // The newest message per peer in history order (timeMs DESC, messageKey DESC), so ties are decided
-    // as GetDirectMessages decides them.
+    // as GetDirectMessages decides them. The owner's peers are walked one seek each through the history
+    // index (the next peer after p), each peer's newest copy is the first of its part of that index, and
+    // its unread copies are counted in the unread index (migration 12): the cost follows the owner's
+    // peers and unread copies, not every copy the owner has.
     const rows = this.sql(
-      `SELECT peer_login, time_ms AS last_time_ms, message_key, unread FROM (
-         SELECT peer_login, time_ms, message_key,
-                ROW_NUMBER() OVER (PARTITION BY peer_login ORDER BY time_ms DESC, message_key DESC) AS newest,
-                SUM(message_type = 1 AND read_at_ms IS NULL) OVER (PARTITION BY peer_login) AS unread
-         FROM signed_messages WHERE owner_login = ? AND message_type IN (1, 2))
-       WHERE newest = 1 ORDER BY last_time_ms DESC, peer_login LIMIT ?`,
-    ).all(owner, limit) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
+      `WITH RECURSIVE peers(p) AS (
+         SELECT (SELECT MIN(peer_login) FROM signed_messages WHERE owner_login = @owner AND message_type IN (1, 2))
+         UNION ALL
+         SELECT (SELECT MIN(peer_login) FROM signed_messages
+                 WHERE owner_login = @owner AND message_type IN (1, 2) AND peer_login > p)
+         FROM peers WHERE p IS NOT NULL)
+       SELECT p AS peer_login, n.time_ms AS last_time_ms, n.message_key,
+              (SELECT COUNT(*) FROM signed_messages u INDEXED BY signed_messages_unread
+               WHERE u.owner_login = @owner AND u.peer_login = p AND u.message_type = 1 AND u.read_at_ms IS NULL) AS unread
+       FROM peers JOIN signed_messages n ON n.message_key = (
+         SELECT message_key FROM signed_messages
+         WHERE owner_login = @owner AND peer_login = p AND message_type IN (1, 2)
+         ORDER BY time_ms DESC, message_key DESC LIMIT 1)
+       WHERE p IS NOT NULL ORDER BY last_time_ms DESC, peer_login LIMIT @limit`,
+    ).all({ owner, limit }) as { peer_login: string; last_time_ms: number; message_key: string; unread: number }[];
     return rows.map((r) => ({
       peerLogin: r.peer_login,
       lastTimeMs: r.last_time_ms,

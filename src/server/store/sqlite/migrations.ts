@@ -352,4 +352,10 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   // replayed to it), so a login's replay reads from there, not from the device's first day
   // (store/types.ts DeviceStore.advanceReplayFloor).
   `ALTER TABLE session_devices ADD COLUMN replay_floor_ms INTEGER NOT NULL DEFAULT 0;`,
+  // 12: unread text copies by owner and peer, so GetConversations counts a dialog's unread copies in an
+  // index of those alone, where it read every copy of the owner (store/sqlite/messages.ts).
+  `
+  CREATE INDEX signed_messages_unread
+    ON signed_messages (owner_login, peer_login) WHERE message_type = 1 AND read_at_ms IS NULL;
+  `,
 ];
