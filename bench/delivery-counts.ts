@@ -19,14 +19,12 @@ import { toBase64 } from '../src/protocol/bytes.js';
 import { proofJson } from '../src/server/store/rows.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/store/sqlite/store.js';
 import { machine } from './lib/machine.js';
-import { ascending } from './lib/percentile.js';
+import { median } from './lib/percentile.js';
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const READS = Number(process.env.BENCH_READS ?? 5);
 const BATCH = 10_000;
 const T0 = 1_780_000_000_000;
-
-const median = (values: number[]): number => ascending(values)[Math.floor(values.length / 2)] ?? 0;
 
 const dir = mkdtempSync(join(os.tmpdir(), 'shine-bench-counts-'));
 

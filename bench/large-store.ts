@@ -24,7 +24,7 @@ import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { StoredCopy } from '../src/server/store/types.js';
 import { pairOf } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
-import { ascending } from './lib/percentile.js';
+import { median } from './lib/percentile.js';
 
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 100_000);
 const PEERS = Number(process.env.BENCH_PEERS ?? 100);
@@ -34,7 +34,6 @@ const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
 const PAGE = 500;
 const T0 = Date.now() - 30 * 86_400_000;
 
-const median = (values: number[]): number => ascending(values)[Math.floor(values.length / 2)] ?? 0;
 async function timed(fn: () => Promise<unknown>): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < READS; i++) {

@@ -27,6 +27,7 @@ import { SQLITE_MIGRATIONS } from '../src/server/store/sqlite/migrations.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/store/sqlite/store.js';
 import { pairOf, seedFor } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
+import { median } from './lib/percentile.js';
 
 const PAGE_SIZES = (process.env.BENCH_PAGE_SIZES ?? '1024,2048,4096').split(',').map(Number);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -159,8 +160,6 @@ async function round(pageSize: number, migrations: number): Promise<Round> {
     dbBytesPerPair: dbBytes / (SEED + PAIRS + extra.length),
   };
 }
-
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const loadBefore = os.loadavg()[0]!;
 const variants = PAGE_SIZES.flatMap((size) =>

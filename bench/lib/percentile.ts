@@ -4,3 +4,6 @@ export const pct = (sorted: number[], p: number): number =>
 
 /** The values in ascending order (a copy). */
 export const ascending = (values: number[]): number[] => [...values].sort((a, b) => a - b);
+
+/** The middle value (the upper one of an even count), unrounded; 0 for an empty list. */
+export const median = (values: number[]): number => ascending(values)[Math.floor(values.length / 2)] ?? 0;
