@@ -984,6 +984,19 @@ export function storeContract(factory: StoreFactory): void {
         (await store.push.subscriptionsOf('alice')).map((s) => s.endpoint),
         ['https://p/1', 'https://p/3'],
       );
+      // Each owner's upserts are ordered among that owner's; an endpoint taken over by bob is his newest.
+      await store.push.upsertSubscription(sub('https://b/1', 'bob'));
+      await store.push.upsertSubscription(sub('https://b/2', 'bob'));
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://p/3', 'bob', T0 + 6)), { dropped: 1 });
+      assert.deepEqual(
+        (await store.push.subscriptionsOf('bob')).map((s) => s.endpoint),
+        ['https://b/2', 'https://p/3'],
+      );
+      assert.deepEqual(await store.push.upsertSubscription(sub('https://b/2', 'bob', T0 + 7)), { dropped: 0 });
+      assert.deepEqual(
+        (await store.push.subscriptionsOf('bob')).map((s) => s.endpoint),
+        ['https://p/3', 'https://b/2'],
+      );
       await store.push.recordPushResult('https://p/1', T0 + 6, '410');
       await store.push.recordPushResult('https://p/1', T0 + 7, 'timeout');
       let s = (await store.push.getSubscription('https://p/1'))!;

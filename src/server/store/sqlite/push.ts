@@ -8,11 +8,13 @@ import { readMeta } from './meta.js';
 export class SqlitePushStore extends SqliteArea implements PushStore {
   upsertSubscription(input: UpsertSubscription): Promise<{ dropped: number }> {
     return this.db.write(() => {
-      // upsert_seq orders upserts exactly, even several within one millisecond.
+      // upsert_seq orders an owner's upserts exactly, even several within one millisecond; only the owner's
+      // own subscriptions are compared by it, so the next one is read through the owner's index, not the
+      // whole table's.
       const seq = (
-        this.sql('SELECT COALESCE(MAX(upsert_seq), 0) + 1 AS seq FROM push_subscriptions').get() as {
-          seq: number;
-        }
+        this.sql('SELECT COALESCE(MAX(upsert_seq), 0) + 1 AS seq FROM push_subscriptions WHERE owner_login = ?').get(
+          input.ownerLogin,
+        ) as { seq: number }
       ).seq;
       // A re-subscription starts with a clean failure count: the browser says the endpoint is live.
       this.sql(
