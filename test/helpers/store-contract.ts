@@ -279,6 +279,67 @@ export function storeContract(factory: StoreFactory): void {
       );
     });
 
+    it('a conversation delete removes every kind of copy of that dialog up to its time, and nothing else', async () => {
+      const store = await fresh();
+      const at = (dt: number) => T0 + dt;
+      for (const [from, to, dt] of [
+        ['carol', 'dave', 1],
+        ['dave', 'carol', 2],
+        ['carol', 'dave', 3],
+        ['carol', 'dave', 20],
+        ['carol', 'erin', 4],
+        ['erin', 'carol', 5],
+      ] as const)
+        await putPair(store, { from, to, timeMs: at(dt), nonce: dt });
+      // Receipts both ways, a deleted message, and the same kinds in carol's dialog with erin.
+      const receipt = (from: string, to: string, dt: number, target: number) =>
+        putPair(store, {
+          type: 3,
+          from,
+          to,
+          timeMs: at(dt),
+          nonce: dt,
+          body: encodeReceiptBody({ readAtMs: at(dt), targetTimeMs: at(target), targetNonce: target }),
+        });
+      await receipt('carol', 'dave', 6, 2);
+      await receipt('dave', 'carol', 7, 1);
+      await receipt('carol', 'erin', 8, 5);
+      await putPair(store, {
+        type: 5,
+        from: 'carol',
+        to: 'dave',
+        timeMs: at(9),
+        nonce: 9,
+        body: encodeDeleteMessageBody({ targetSender: 0, targetTimeMs: at(3), targetNonce: 3 }),
+      });
+      const rows = async () =>
+        (
+          await factory.query(
+            store,
+            'SELECT owner_login AS "owner", peer_login AS "peer", message_type AS "type", time_ms AS "timeMs" FROM signed_messages',
+          )
+        )
+          .map((r) => `${r.owner}>${r.peer} ${r.type} ${Number(r.timeMs) - T0}`)
+          .sort();
+      const before = await rows();
+      const conv = encodeDeleteConversationBody({ deleteBeforeMs: at(10) });
+      await putPair(store, { type: 7, from: 'carol', to: 'dave', timeMs: at(30), nonce: 30, body: conv });
+      const covered = (r: string) => {
+        const [dialog, type, dt] = r.split(' ');
+        return ['carol>dave', 'dave>carol'].includes(dialog!) && Number(type) <= 6 && Number(dt) <= 10;
+      };
+      // Texts, receipts both ways and the delete of carol's third message, on both sides: types 1 to 6.
+      assert.deepEqual(
+        new Set(before.filter(covered).map((r) => r.split(' ')[1])),
+        new Set(['1', '2', '3', '4', '5', '6']),
+      );
+      assert.equal(before.filter(covered).length, 10);
+      assert.deepEqual(
+        await rows(),
+        [...before.filter((r) => !covered(r)), 'carol>dave 8 30', 'dave>carol 7 30'].sort(),
+      );
+    });
+
     it('names as last message of a conversation the first of its history, among messages of the same timeMs too', async () => {
       const store = await fresh();
       for (const nonce of [900, 7, 12345, 50])

@@ -164,12 +164,26 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
         `INSERT INTO dm_tombstones (owner_login, kind, target, delete_before_ms, created_at_ms) VALUES (?, 'conversation', ?, ?, ?)
          ON CONFLICT (owner_login, kind, target) DO UPDATE SET delete_before_ms = MAX(delete_before_ms, excluded.delete_before_ms)`,
       ).run(e.owner, e.peer, e.deleteBeforeMs, nowMs);
-      const covered = this.sql(
-        'SELECT message_key FROM signed_messages WHERE owner_login = ? AND peer_login = ? AND time_ms <= ? AND message_type <= 6',
+      // The dialog's copies of types 1 to 6 up to the time, read through indexes of this dialog alone (not a
+      // walk over every copy the owner has, inside the write transaction): its texts through the history
+      // index, its receipts and deletes through the target index, since each names a message of this
+      // dialog, whose base key starts with the two logins in one order or the other.
+      const texts = this.sql(
+        `SELECT message_key FROM signed_messages INDEXED BY signed_messages_history
+         WHERE owner_login = ? AND peer_login = ? AND message_type IN (1, 2) AND time_ms <= ?`,
       ).all(e.owner, e.peer, e.deleteBeforeMs) as { message_key: string }[];
+      const marks = [`${e.owner}|${e.peer}|`, `${e.peer}|${e.owner}|`].flatMap(
+        (prefix) =>
+          this.sql(
+            `SELECT message_key FROM signed_messages INDEXED BY signed_messages_target
+             WHERE owner_login = ? AND target_base_key IS NOT NULL AND target_base_key >= ? AND target_base_key < ?
+               AND peer_login = ? AND message_type BETWEEN 3 AND 6 AND time_ms <= ?`,
+            // Every key with the prefix, and nothing else: '}' follows '|'.
+          ).all(e.owner, prefix, `${prefix.slice(0, -1)}}`, e.peer, e.deleteBeforeMs) as { message_key: string }[],
+      );
       this.deleteCopiesTx(
         e.owner,
-        covered.map((r) => r.message_key),
+        [...texts, ...marks].map((r) => r.message_key),
       );
     }
   }
