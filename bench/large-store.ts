@@ -10,7 +10,8 @@
  *    acknowledged (what each reconnect of an up-to-date device costs);
  *  - GetConversations (50 newest conversations with their unread counts);
  *  - a GetDirectMessages page (50) near the start of the first conversation (a deep scroll-back);
- *  - the wake-up of rows due to another server (`gamma`) when it connects, with beta's rows waiting.
+ *  - the wake-up of rows due to another server (`gamma`) when it connects, with beta's rows waiting;
+ *  - last, once: alice deletes her dialog with the last peer (a DeleteConversation pair, one write).
  * Durability: WAL + synchronous=FULL (BENCH_SYNC=normal for NORMAL); the seed runs in group commits of 500.
  *
  * Env: BENCH_PAIRS (100000), BENCH_PEERS (100), BENCH_BACKLOG (5000), BENCH_READS (5), BENCH_SYNC (full).
@@ -132,6 +133,24 @@ try {
   );
   await store.devices.ackForDevice('alice', 'phone', keys.slice(keys.length - BACKLOG), T0);
   const replayUpToDateMs = await timed(replay);
+  // Last, since it deletes: alice deletes her whole dialog with the last peer (once, not a median).
+  const lastPeer = `peer${PEERS - 1}`;
+  const dialogs = (await store.messages.getConversations('alice', PEERS)).length;
+  const end = T0 + PAIRS * 20;
+  const wipe = pairOf(
+    { from: 'alice', to: lastPeer, timeMs: end + 1, nonce: 1 },
+    { kind: 'deleteConversation', deleteBeforeMs: end },
+  );
+  const wipeStarted = process.hrtime.bigint();
+  await store.messages.storePair({
+    incoming: wipe.incoming,
+    outgoing: wipe.outgoing,
+    nowMs: end + 1,
+    outbox: { owners: new Map([['alice', false]]) },
+    delivery: null,
+  });
+  const deleteConversationMs = +(Number(process.hrtime.bigint() - wipeStarted) / 1e6).toFixed(2);
+  const left = (await store.messages.getDirectMessages({ ...historyQuery, peer: lastPeer, beforeTimeMs: 0 })).items;
 
   console.log(
     JSON.stringify({
@@ -150,6 +169,7 @@ try {
       getConversations: { rows: conversations.length, ms: conversationsMs },
       getDirectMessagesDeepPage: { rows: history.items.length, ms: historyDeepPageMs },
       wakeOtherServer: { woken, ms: wakeOtherServerMs },
+      deleteConversation: { dialogs, copiesLeftInDialog: left.length, ms: deleteConversationMs },
     }),
   );
 } finally {
