@@ -122,6 +122,18 @@ export async function createIdentity(page: Page, login: string): Promise<void> {
   await shownOrAlert(page, page.getByRole('list', { name: 'Conversations', exact: true }));
 }
 
+/**
+ * Resolves once the page (after a load or reload) shows its home screen and is online: the client renders
+ * "Connecting…" until its login is answered, and an action taken before then fails as offline.
+ */
+export async function onlineHome(page: Page): Promise<void> {
+  await page.getByRole('textbox', { name: 'New chat with', exact: true }).waitFor();
+  await page
+    .getByRole('status')
+    .filter({ hasText: /Connecting|Offline/ })
+    .waitFor({ state: 'hidden' });
+}
+
 /** Starts a chat with login from the home screen. */
 export async function startChat(page: Page, login: string): Promise<void> {
   await page.getByRole('textbox', { name: 'New chat with', exact: true }).fill(login);

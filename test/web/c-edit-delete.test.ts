@@ -6,6 +6,7 @@ import {
   browserSuite,
   messageWith,
   messagesOf,
+  onlineHome,
   openConversation,
   send,
   startChat,
@@ -42,6 +43,7 @@ browserSuite('web client (c)', (browser) => {
       await shot(alice, 'alice-after-conversation-delete');
       // Nothing comes back with the history either.
       await alice.reload();
+      await onlineHome(alice);
       await startChat(alice, 'bob');
       await alice.getByText('No messages yet').waitFor();
       assert.equal(await messagesOf(alice).getByRole('listitem').count(), 0);
