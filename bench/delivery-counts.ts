@@ -20,6 +20,7 @@ import { proofJson } from '../src/server/store/rows.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/store/sqlite/store.js';
 import { machine } from './lib/machine.js';
 import { median } from './lib/percentile.js';
+import { elapsedMs } from './lib/timing.js';
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const READS = Number(process.env.BENCH_READS ?? 5);
@@ -34,12 +35,6 @@ function cpuMicros(fn: () => void): number {
   fn();
   const used = process.cpuUsage(before);
   return used.user + used.system;
-}
-
-function wallMs(fn: () => void): number {
-  const t = process.hrtime.bigint();
-  fn();
-  return Number(process.hrtime.bigint() - t) / 1e6;
 }
 
 /**
@@ -111,10 +106,8 @@ try {
   const counted = await store.delivery.countDeliveriesByState();
   const times = { scan: [] as number[], counts: [] as number[] };
   for (let i = 0; i < READS; i++) {
-    times.scan.push(wallMs(() => scan.all()));
-    const t = process.hrtime.bigint();
-    await store.delivery.countDeliveriesByState();
-    times.counts.push(Number(process.hrtime.bigint() - t) / 1e6);
+    times.scan.push(await elapsedMs(() => scan.all()));
+    times.counts.push(await elapsedMs(() => store.delivery.countDeliveriesByState()));
   }
   await store.close();
   console.log(

@@ -25,7 +25,7 @@ import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { StoredCopy } from '../src/server/store/types.js';
 import { pairOf } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
-import { median } from './lib/percentile.js';
+import { elapsedMs, medianMs } from './lib/timing.js';
 
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 100_000);
 const PEERS = Number(process.env.BENCH_PEERS ?? 100);
@@ -34,16 +34,6 @@ const READS = Number(process.env.BENCH_READS ?? 5);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
 const PAGE = 500;
 const T0 = Date.now() - 30 * 86_400_000;
-
-async function timed(fn: () => Promise<unknown>): Promise<number> {
-  const times: number[] = [];
-  for (let i = 0; i < READS; i++) {
-    const t = process.hrtime.bigint();
-    await fn();
-    times.push(Number(process.hrtime.bigint() - t) / 1e6);
-  }
-  return +median(times).toFixed(2);
-}
 
 const dir = mkdtempSync(join(os.tmpdir(), 'shine-bench-large-'));
 const store = openSqliteStore({ path: join(dir, 'shine.sqlite'), sync: SYNC });
@@ -120,19 +110,19 @@ try {
     }
   };
   const replayed = await replay();
-  const replayBacklogMs = await timed(replay);
+  const replayBacklogMs = await medianMs(READS, replay);
   const conversations = await store.messages.getConversations('alice', 50);
-  const conversationsMs = await timed(() => store.messages.getConversations('alice', 50));
+  const conversationsMs = await medianMs(READS, () => store.messages.getConversations('alice', 50));
   const before = firstPeerTimes[20]!;
   const historyQuery = { owner: 'alice', peer: 'peer0', beforeTimeMs: before, beforeMessageKey: '', limit: 50 };
   const history = await store.messages.getDirectMessages(historyQuery);
-  const historyDeepPageMs = await timed(() => store.messages.getDirectMessages(historyQuery));
+  const historyDeepPageMs = await medianMs(READS, () => store.messages.getDirectMessages(historyQuery));
   const woken = await store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000);
-  const wakeOtherServerMs = await timed(() =>
+  const wakeOtherServerMs = await medianMs(READS, () =>
     store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000),
   );
   await store.devices.ackForDevice('alice', 'phone', keys.slice(keys.length - BACKLOG), T0);
-  const replayUpToDateMs = await timed(replay);
+  const replayUpToDateMs = await medianMs(READS, replay);
   // Last, since it deletes: alice deletes her whole dialog with the last peer (once, not a median).
   const lastPeer = `peer${PEERS - 1}`;
   const dialogs = (await store.messages.getConversations('alice', PEERS)).length;
@@ -141,15 +131,17 @@ try {
     { from: 'alice', to: lastPeer, timeMs: end + 1, nonce: 1 },
     { kind: 'deleteConversation', deleteBeforeMs: end },
   );
-  const wipeStarted = process.hrtime.bigint();
-  await store.messages.storePair({
-    incoming: wipe.incoming,
-    outgoing: wipe.outgoing,
-    nowMs: end + 1,
-    outbox: { owners: new Map([['alice', false]]) },
-    delivery: null,
-  });
-  const deleteConversationMs = +(Number(process.hrtime.bigint() - wipeStarted) / 1e6).toFixed(2);
+  const deleteConversationMs = +(
+    await elapsedMs(() =>
+      store.messages.storePair({
+        incoming: wipe.incoming,
+        outgoing: wipe.outgoing,
+        nowMs: end + 1,
+        outbox: { owners: new Map([['alice', false]]) },
+        delivery: null,
+      }),
+    )
+  ).toFixed(2);
   const left = (await store.messages.getDirectMessages({ ...historyQuery, peer: lastPeer, beforeTimeMs: 0 })).items;
 
   console.log(
