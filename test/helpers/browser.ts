@@ -123,15 +123,22 @@ export async function createIdentity(page: Page, login: string): Promise<void> {
 }
 
 /**
- * Resolves once the page (after a load or reload) shows its home screen and is online: the client renders
- * "Connecting…" until its login is answered, and an action taken before then fails as offline.
+ * Holds back the frames the page sends to its server from now on (its login after a reload, say) until
+ * release(); the server's frames pass. The page stays "Connecting…" meanwhile.
  */
-export async function onlineHome(page: Page): Promise<void> {
-  await page.getByRole('textbox', { name: 'New chat with', exact: true }).waitFor();
-  await page
-    .getByRole('status')
-    .filter({ hasText: /Connecting|Offline/ })
-    .waitFor({ state: 'hidden' });
+export async function holdFrames(page: Page): Promise<{ release: () => void }> {
+  let held: (() => void)[] | null = [];
+  await page.routeWebSocket(/\/ws$/, (ws) => {
+    const server = ws.connectToServer();
+    ws.onMessage((frame) => (held ? held.push(() => server.send(frame)) : server.send(frame)));
+  });
+  return {
+    release: () => {
+      const queued = held ?? [];
+      held = null;
+      for (const send of queued) send();
+    },
+  };
 }
 
 /** Starts a chat with login from the home screen. */

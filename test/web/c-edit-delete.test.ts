@@ -1,4 +1,7 @@
-/** Web client test (c): edit and delete reach the other side; the conversation delete empties both. */
+/**
+ * Web client test (c): edit and delete reach the other side; the conversation delete empties both; an action
+ * taken while the page is still connecting waits for the connection.
+ */
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import {
@@ -6,7 +9,7 @@ import {
   browserSuite,
   messageWith,
   messagesOf,
-  onlineHome,
+  holdFrames,
   openConversation,
   send,
   startChat,
@@ -14,7 +17,7 @@ import {
 
 browserSuite('web client (c)', (browser) => {
   it('edit and delete reach the other side; deleting the conversation empties both', () =>
-    aliceAndBob(browser(), 'c-edit-delete', {}, async ({ alice, bob, shot }) => {
+    aliceAndBob(browser(), 'c-edit-delete', {}, async ({ net, alice, bob, shot }) => {
       await startChat(alice, 'bob');
       await send(alice, 'Lunch at noon?');
       await send(alice, 'Wrong chat, ignore');
@@ -34,17 +37,30 @@ browserSuite('web client (c)', (browser) => {
       assert.equal(await messageWith(alice, 'Wrong chat, ignore').count(), 0);
       await shot(bob, 'bob-after-edit-and-delete');
 
-      await send(bob, 'See you');
+      // bob sends while beta is away: the send waits for the connection (hurrying the reconnect), then goes.
+      await net.stop(1);
+      await bob.getByText('Offline — reconnecting').waitFor();
+      const sent = send(bob, 'See you');
+      await bob.locator('button:disabled', { hasText: 'Send' }).waitFor();
+      await net.start(1);
+      await sent;
       await messageWith(alice, 'See you').waitFor();
+      assert.equal(await bob.getByRole('alert').count(), 0);
       await bob.getByRole('button', { name: 'Delete conversation', exact: true }).click();
       await bob.getByRole('button', { name: 'Delete for both', exact: true }).click();
       await messagesOf(bob).getByRole('listitem').first().waitFor({ state: 'detached' });
       await messagesOf(alice).getByRole('listitem').first().waitFor({ state: 'detached' });
       await shot(alice, 'alice-after-conversation-delete');
-      // Nothing comes back with the history either.
+      // Nothing comes back with the history either. The chat is started while the reloaded page is still
+      // logging in (its frames to the server held back): the action waits for the connection.
+      const held = await holdFrames(alice);
       await alice.reload();
-      await onlineHome(alice);
-      await startChat(alice, 'bob');
+      await alice.getByText('Connecting…').waitFor();
+      const started = startChat(alice, 'bob');
+      await alice.locator('button:disabled', { hasText: 'Start chat' }).waitFor();
+      await shot(alice, 'alice-starts-a-chat-while-connecting');
+      held.release();
+      await started;
       await alice.getByText('No messages yet').waitFor();
       assert.equal(await messagesOf(alice).getByRole('listitem').count(), 0);
     }));

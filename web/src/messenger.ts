@@ -71,6 +71,9 @@ const RECONNECT_DELAYS_MS = [250, 1_000, 2_000, 5_000, 10_000];
 export const reconnectDelay = (failures: number): number =>
   RECONNECT_DELAYS_MS[Math.min(failures, RECONNECT_DELAYS_MS.length) - 1] ?? 0;
 
+/** How long an action taken while (re)connecting waits for the connection before it reports being offline. */
+export const CONNECT_WAIT_MS = 10_000;
+
 /** The WebSocket endpoint of the server that served this page. */
 export function serverWsUrl(loc: Pick<Location, 'protocol' | 'host'> = location): string {
   return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}/ws`;
@@ -153,6 +156,8 @@ export class Messenger {
   private readonly listeners = new Set<() => void>();
   private stopped = false;
   private wake: (() => void) | null = null;
+  /** Actions waiting for the connection: called once the client is online again, or on stop(). */
+  private readonly waitingForClient = new Set<() => void>();
   private readonly receiptsSent = new Set<string>();
   private acks: string[] = [];
   private refreshTimer: ReturnType<typeof setTimeout> | null = null;
@@ -195,6 +200,7 @@ export class Messenger {
     removeEventListener('online', this.onBrowserOnline);
     void this.calls.hangUp().catch(() => undefined);
     this.wake?.();
+    for (const done of this.waitingForClient) done();
     void this.client?.close();
   }
 
@@ -226,6 +232,7 @@ export class Messenger {
         this.client = client;
         failures = 0;
         this.set({ status: 'online', notice: null });
+        for (const done of this.waitingForClient) done();
         void this.catchUp();
         await client.closed;
       } catch (err) {
@@ -236,7 +243,8 @@ export class Messenger {
       this.client = null;
       if (this.stopped) return;
       this.set({ status: 'offline' });
-      await this.sleep(reconnectDelay(Math.max(failures, 1)));
+      // An action waiting for the connection (connected()) keeps the attempts at the quickest pace.
+      await this.sleep(reconnectDelay(this.waitingForClient.size > 0 ? 1 : Math.max(failures, 1)));
     }
   }
 
@@ -266,6 +274,26 @@ export class Messenger {
     return this.client;
   }
 
+  /**
+   * The logged-in client for an action. One taken while the page is still connecting (a reload) or
+   * reconnecting waits for it, up to CONNECT_WAIT_MS; a reconnect that was backing off tries at once, and
+   * again every 250 ms while the action waits.
+   */
+  private async connected(): Promise<ShineClient> {
+    if (this.client || this.stopped) return this.need();
+    this.wake?.();
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waitingForClient.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, CONNECT_WAIT_MS);
+      this.waitingForClient.add(done);
+    });
+    return this.need();
+  }
+
   /** Runs an action of the UI; a failure becomes the notice and false. */
   async run(action: () => Promise<unknown>): Promise<boolean> {
     try {
@@ -283,7 +311,8 @@ export class Messenger {
   }
 
   async refreshConversations(): Promise<void> {
-    const items = await this.need().conversations(200);
+    const client = await this.connected();
+    const items = await client.conversations(200);
     this.set({
       conversations: items.map(({ peerLogin, lastTimeMs, unreadCount }) => ({ peerLogin, lastTimeMs, unreadCount })),
     });
@@ -380,8 +409,9 @@ export class Messenger {
     const peer = login.trim().toLowerCase();
     if (!isValidLogin(peer)) throw new Error(`“${login}” is not a login.`);
     if (peer === this.login) throw new Error('That is you. Start a chat with someone else.');
+    const client = await this.connected();
     try {
-      await this.need().getProfile(peer, { refresh: true });
+      await client.getProfile(peer, { refresh: true });
     } catch (err) {
       if (err instanceof ShineClientError && err.code === 'USER_NOT_FOUND')
         throw new Error(`No user “${peer}” on this server or the servers it knows.`);
@@ -402,7 +432,8 @@ export class Messenger {
 
   /** Loads the page before `before` (undefined: the newest) into chat, if chat is still the open one. */
   private async loadPage(chat: OpenChat, before: HistoryPage['next'] | undefined): Promise<void> {
-    const page = await this.need().history(chat.peer, { ...(before ? { before } : {}), limit: PAGE_SIZE });
+    const client = await this.connected();
+    const page = await client.history(chat.peer, { ...(before ? { before } : {}), limit: PAGE_SIZE });
     const open = this.state.chat;
     if (open?.log !== chat.log) return;
     for (const item of page.items) chat.log.upsert(fromHistory(item, this.login));
@@ -458,21 +489,24 @@ export class Messenger {
 
   async send(text: string): Promise<void> {
     const peer = this.requireChat().peer;
-    this.showSent(peer, await this.need().sendText(peer, text), text);
+    const client = await this.connected();
+    this.showSent(peer, await client.sendText(peer, text), text);
   }
 
   async edit(baseKey: string, text: string): Promise<void> {
     const { peer, log } = this.requireChat();
     const m = log.get(baseKey);
     if (!m?.mine) throw new Error('Only your own messages can be edited.');
-    this.showSent(peer, await this.need().editText(peer, m, text), text);
+    const client = await this.connected();
+    this.showSent(peer, await client.editText(peer, m, text), text);
   }
 
   async deleteMessage(baseKey: string): Promise<void> {
     const { log } = this.requireChat();
     const m = log.get(baseKey);
     if (!m) return;
-    await this.need().deleteMessage(m);
+    const client = await this.connected();
+    await client.deleteMessage(m);
     if (log.remove(baseKey)) this.chatChanged();
     this.scheduleRefresh();
   }
@@ -482,7 +516,8 @@ export class Messenger {
     const { peer, log } = this.requireChat();
     const newest = log.list().at(-1)?.timeMs ?? 0;
     const beforeMs = Math.max(Date.now(), newest);
-    await this.need().deleteConversation(peer, beforeMs);
+    const client = await this.connected();
+    await client.deleteConversation(peer, beforeMs);
     if (log.removeThrough(beforeMs)) this.chatChanged();
     await this.refreshConversations();
   }
@@ -523,7 +558,8 @@ export class Messenger {
 
   /** Posts text (kind 1) to the own log; the block is checked like any other before it is shown. */
   async postToLog(text: string): Promise<void> {
-    const added = await this.need().addBlock(TEXT_POST_KIND, utf8(text));
+    const client = await this.connected();
+    const added = await client.addBlock(TEXT_POST_KIND, utf8(text));
     if (this.state.log?.mine) this.followLog({ ...added, blockB64: toBase64(added.block.bytes) });
   }
 
@@ -550,7 +586,7 @@ export class Messenger {
       if (open?.login !== login) return;
       let changed: OpenLog;
       try {
-        changed = await change(this.need(), open);
+        changed = await change(await this.connected(), open);
       } catch (err) {
         if (this.state.log === open) this.set({ log: { ...open, loading: false } });
         throw err;
@@ -564,7 +600,7 @@ export class Messenger {
 
   /** WebPush opt-in: subscribe under the server's key and hand the subscription to the server. */
   async enableNotifications(): Promise<void> {
-    const client = this.need();
+    const client = await this.connected();
     const sub = await subscribePush(await client.webPushKey());
     await client.upsertPushToken(subscriptionFields(sub));
     this.set({ notifications: true });
@@ -573,7 +609,8 @@ export class Messenger {
   async disableNotifications(): Promise<void> {
     const sub = await currentSubscription();
     if (sub) {
-      await this.need().deletePushToken(sub.endpoint);
+      const client = await this.connected();
+      await client.deletePushToken(sub.endpoint);
       await sub.unsubscribe();
     }
     this.set({ notifications: false });
