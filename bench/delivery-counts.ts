@@ -1,12 +1,15 @@
 /**
- * The delivery_rows gauge's read on a large SQLite store, in this process (no server): BENCH_ROWS delivery
+ * The delivery_rows gauge's read and /debug/delivery's listing on a large SQLite store, in this process (no server): BENCH_ROWS delivery
  * rows (as many `delivered` with a receipt as a server keeps after that many sent messages, 1 in 1 000
  * accepted, 1 in 100 failed) are written in transactions of 10 000 into two fresh stores of this build, in
  * turn, one of them with migration 9's counting triggers dropped first. Prints one JSON line:
  *  - the write's CPU per row with and without the triggers (what counting as rows change costs);
  *  - the store's countDeliveriesByState (three rows of dm_delivery_counts) against the scan it replaced
  *    (`SELECT state, COUNT(*) … GROUP BY state`, the gauge's read every 30 s on the event loop until
- *    migration 9), medians of BENCH_READS reads each on a warm page cache.
+ *    migration 9), medians of BENCH_READS reads each on a warm page cache;
+ *  - /debug/delivery's listing of each state (the store's listDeliveries, 200 rows) against the statement it
+ *    replaced (`WHERE state = ? ORDER BY accepted_at_ms DESC`), the failed one without migration 13's index, and
+ *    that migration's time (building the index again).
  * Durability: the seed runs with synchronous=OFF in large transactions (it measures CPU, not fsyncs); the
  * stores are opened with FULL.
  *
@@ -17,6 +20,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { toBase64 } from '../src/protocol/bytes.js';
 import { proofJson } from '../src/server/store/rows.js';
+import { SQLITE_MIGRATIONS } from '../src/server/store/sqlite/migrations.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/store/sqlite/store.js';
 import { machine } from './lib/machine.js';
 import { median } from './lib/percentile.js';
@@ -24,6 +28,8 @@ import { elapsedMs } from './lib/timing.js';
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
 const READS = Number(process.env.BENCH_READS ?? 5);
+/** /debug/delivery's default limit. */
+const LIST_LIMIT = 200;
 const BATCH = 10_000;
 const T0 = 1_780_000_000_000;
 
@@ -109,6 +115,29 @@ try {
     times.scan.push(await elapsedMs(() => scan.all()));
     times.counts.push(await elapsedMs(() => store.delivery.countDeliveriesByState()));
   }
+  const sorted = store.db.conn.prepare(
+    'SELECT * FROM dm_delivery_state WHERE state = ? ORDER BY accepted_at_ms DESC LIMIT ?',
+  );
+  const listing: Record<string, { storeMs: number; sortReplacedMs: number; sameRows: boolean }> = {};
+  for (const state of ['accepted', 'delivered', 'failed'] as const) {
+    const old = sorted.all(state, LIST_LIMIT) as { outgoing_key: string }[];
+    const now = await store.delivery.listDeliveries(state, LIST_LIMIT);
+    const t = { store: [] as number[], sort: [] as number[] };
+    for (let i = 0; i < READS; i++) {
+      t.sort.push(await elapsedMs(() => sorted.all(state, LIST_LIMIT)));
+      t.store.push(await elapsedMs(() => store.delivery.listDeliveries(state, LIST_LIMIT)));
+    }
+    listing[state] = {
+      storeMs: +median(t.store).toFixed(3),
+      sortReplacedMs: +median(t.sort).toFixed(1),
+      sameRows: JSON.stringify(old.map((r) => r.outgoing_key)) === JSON.stringify(now.map((r) => r.outgoingKey)),
+    };
+  }
+  // What a failed listing costs without migration 13's index (the statement is prepared again without it).
+  store.db.conn.exec('DROP INDEX dm_delivery_state_failed');
+  const unindexed: number[] = [];
+  for (let i = 0; i < READS; i++) unindexed.push(await elapsedMs(() => sorted.all('failed', LIST_LIMIT)));
+  const migration13Ms = await elapsedMs(() => store.db.conn.exec(SQLITE_MIGRATIONS[12] as string));
   await store.close();
   console.log(
     JSON.stringify({
@@ -124,6 +153,8 @@ try {
         countsTable: +median(times.counts).toFixed(3),
         scanReplaced: +median(times.scan).toFixed(1),
       },
+      debugDeliveryListing: { limit: LIST_LIMIT, ...listing, failedWithoutItsIndexMs: +median(unindexed).toFixed(1) },
+      migration13Ms: +migration13Ms.toFixed(0),
     }),
   );
 } finally {

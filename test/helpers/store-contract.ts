@@ -508,6 +508,7 @@ export function storeContract(factory: StoreFactory): void {
             'DROP TABLE dm_delivery_counts',
             'ALTER TABLE session_devices DROP COLUMN replay_floor_ms',
             'DROP INDEX signed_messages_unread',
+            'DROP INDEX dm_delivery_state_failed',
             'DROP INDEX dm_sync_outbox_digest',
             ...['time_ms', 'copies', 'digest'].map((c) => `ALTER TABLE dm_sync_outbox DROP COLUMN ${c}`),
             `PRAGMA user_version = ${version}`,
@@ -654,6 +655,31 @@ export function storeContract(factory: StoreFactory): void {
       // Another device of the same user keeps its own floor.
       await store.devices.touchDevice('erin', 'laptop', T0);
       assert.equal((await store.devices.pendingForDevice('erin', 'laptop', null, 100)).length, 5);
+    });
+
+    it('/debug/delivery listing: the newest rows of the state asked for, newest first, at most the limit', async () => {
+      const store = await fresh();
+      const states = ['accepted', 'delivered', 'failed', 'delivered', 'failed', 'delivered', 'accepted'] as const;
+      const keys: Record<string, string[]> = { accepted: [], delivered: [], failed: [] };
+      for (const [i, state] of states.entries()) {
+        const spec = { from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i + 1 } as const;
+        const next = state === 'accepted' ? T0 + 60_000 : null;
+        await putPair(store, spec, { delivery: { state, attempt: 1, acceptedAtMs: T0 + i, nextAttemptAtMs: next } });
+        keys[state]!.unshift(messageKeyOf(testPair(spec).outgoing));
+      }
+      for (const state of ['accepted', 'delivered', 'failed'] as const) {
+        const listed = await store.delivery.listDeliveries(state, 10);
+        assert.deepEqual(
+          listed.map((r) => r.outgoingKey),
+          keys[state],
+          state,
+        );
+        assert.ok(listed.every((r) => r.state === state));
+        assert.deepEqual(
+          (await store.delivery.listDeliveries(state, 1)).map((r) => r.outgoingKey),
+          keys[state]!.slice(0, 1),
+        );
+      }
     });
 
     it('delivery rows: due through the index, a stored lease, one winner of two claims, finish, markDelivered', async () => {

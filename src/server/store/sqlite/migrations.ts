@@ -358,4 +358,7 @@ export const SQLITE_MIGRATIONS: readonly SqliteMigration[] = [
   CREATE INDEX signed_messages_unread
     ON signed_messages (owner_login, peer_login) WHERE message_type = 1 AND read_at_ms IS NULL;
   `,
+  // 13: failed delivery rows by acceptance, for /debug/delivery?state=failed (a row enters it only when it
+  // fails, so sending does not pay for it); that listing sorted the whole table (store/sqlite/delivery.ts).
+  `CREATE INDEX dm_delivery_state_failed ON dm_delivery_state (accepted_at_ms) WHERE state = 'failed';`,
 ];
