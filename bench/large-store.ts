@@ -11,7 +11,10 @@
  *  - GetConversations (50 newest conversations with their unread counts);
  *  - a GetDirectMessages page (50) near the start of the first conversation (a deep scroll-back);
  *  - the wake-up of rows due to another server (`gamma`) when it connects, with beta's rows waiting;
- *  - last, once: alice deletes her dialog with the last peer (a DeleteConversation pair, one write).
+ *  - once: alice deletes her dialog with the last peer (a DeleteConversation pair, one write);
+ *  - last, once each: `shine check`'s whole-database reads (integrity check, rows that refer to nothing) on
+ *    their thread, and the same statements on the store's own connection as they ran before, each with the
+ *    event loop's longest stall meanwhile.
  * Durability: WAL + synchronous=FULL (BENCH_SYNC=normal for NORMAL); the seed runs in group commits of 500.
  *
  * Env: BENCH_PAIRS (100000), BENCH_PEERS (100), BENCH_BACKLOG (5000), BENCH_READS (5), BENCH_SYNC (full).
@@ -21,11 +24,12 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { messageKeyOf } from '../src/protocol/container.js';
 import { replayFloorAfter } from '../src/server/dm/service.js';
+import { FIND_ROWS_SQL, INTEGRITY_SQL } from '../src/server/store/sqlite/check.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { StoredCopy } from '../src/server/store/types.js';
 import { pairOf } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
-import { elapsedMs, medianMs } from './lib/timing.js';
+import { elapsedMs, medianMs, timedWithStall } from './lib/timing.js';
 
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 100_000);
 const PEERS = Number(process.env.BENCH_PEERS ?? 100);
@@ -143,6 +147,16 @@ try {
     )
   ).toFixed(2);
   const left = (await store.messages.getDirectMessages({ ...historyQuery, peer: lastPeer, beforeTimeMs: 0 })).items;
+  // shine check's whole-database reads (POST /admin/check on a live server): on their thread, and the same
+  // statements on the store's own connection, as they ran before.
+  const checkThread = await timedWithStall(async () => {
+    await store.check.integrity();
+    await store.check.findRows();
+  });
+  const checkInline = await timedWithStall(() => {
+    for (const sql of [...Object.values(INTEGRITY_SQL), ...Object.values(FIND_ROWS_SQL)])
+      store.db.conn.prepare(sql).all();
+  });
 
   console.log(
     JSON.stringify({
@@ -162,6 +176,7 @@ try {
       getDirectMessagesDeepPage: { rows: history.items.length, ms: historyDeepPageMs },
       wakeOtherServer: { woken, ms: wakeOtherServerMs },
       deleteConversation: { dialogs, copiesLeftInDialog: left.length, ms: deleteConversationMs },
+      checkReads: { thread: checkThread, inlineReplaced: checkInline },
     }),
   );
 } finally {

@@ -178,6 +178,30 @@ describe('SQLite: group commit', () => {
   });
 });
 
+describe("SQLite: shine check's whole-database reads", () => {
+  it('run on a connection of their own (a thread), which sees what is committed and nothing else', async () => {
+    const store = await fresh();
+    await putPair(store, { from: 'ivan', to: 'jane', timeMs: T0, nonce: 1 });
+    const ghost = 'ivan|jane|99|9|2';
+    // An orphan delivery row written on the store's connection and not committed yet: a read on that
+    // connection would see it, one on another connection does not.
+    const conn = store.db.conn;
+    conn.exec('BEGIN');
+    conn
+      .prepare(
+        `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+           reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, row_version,
+           last_error, updated_at_ms) VALUES (?, 'ivan|jane|99|9', 'ivan', 'jane', 0, 0, 'failed', 1, 1, NULL, NULL, 1, NULL, 1)`,
+      )
+      .run(ghost);
+    const during = await store.check.findRows();
+    assert.deepEqual((await store.check.integrity()).problems, []);
+    conn.exec('COMMIT');
+    assert.deepEqual(during.deliveryWithoutCopy, []);
+    assert.deepEqual((await store.check.findRows()).deliveryWithoutCopy, [ghost]);
+  });
+});
+
 describe('SQLite: page size and checkpoints', () => {
   const pragma = (store: SqliteStore, name: string): unknown => store.db.conn.pragma(name, { simple: true });
 

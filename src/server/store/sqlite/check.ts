@@ -1,19 +1,49 @@
-/** The check area on SQLite (`shine check`): PRAGMA integrity_check, and the shared queries of ../check-sql.ts. */
+/**
+ * The check area on SQLite (`shine check`): PRAGMA integrity_check, and the shared queries of ../check-sql.ts,
+ * both on a thread with a read-only connection.
+ */
 import { unpackBlobs } from '../blobs.js';
 import { CHECK_SQL } from '../check-sql.js';
 import type { OutboxRow } from '../types.js';
 import type { CheckCopyRow, CheckStore, IntegrityReport, RowFindings } from '../types.js';
 import { SqliteArea } from './db.js';
+import { readOnThread } from './read-thread.js';
 import { OUTBOX_ROW, outboxRowKey, upsertOutbox } from './outbox.js';
+
+/** The database's own checks. */
+export const INTEGRITY_SQL = { integrity: 'PRAGMA integrity_check', fk: 'PRAGMA foreign_key_check' } as const;
+
+/** findRows' searches, one statement each. */
+export const FIND_ROWS_SQL = {
+  deliveryWithoutCopy: CHECK_SQL.deliveryWithoutCopy,
+  outboxWithoutCopy: CHECK_SQL.outboxWithoutCopy,
+  acksWithoutCopy: CHECK_SQL.acksWithoutCopy,
+  acksWithoutDevice: CHECK_SQL.acksWithoutDevice,
+  outboxBehindCopy: CHECK_SQL.outboxBehindCopy,
+  outboxMissing: CHECK_SQL.outboxMissing,
+  deliveryAheadOfCopy: CHECK_SQL.deliveryAheadOfCopy,
+} as const;
 
 export class SqliteCheckStore extends SqliteArea implements CheckStore {
   async integrity(): Promise<IntegrityReport> {
     // integrity_check reads every page and checks every index against its table (quick_check does not).
-    const rows = this.db.conn.pragma('integrity_check') as { integrity_check: string }[];
-    const problems = rows.map((r) => r.integrity_check).filter((line) => line !== 'ok');
-    const fk = this.db.conn.pragma('foreign_key_check') as unknown[];
-    if (fk.length > 0) problems.push(`${fk.length} foreign key violation(s)`);
+    const rows = await this.readAll(INTEGRITY_SQL);
+    const problems = rows.integrity.map((r) => String(r.integrity_check)).filter((line) => line !== 'ok');
+    if (rows.fk.length > 0) problems.push(`${rows.fk.length} foreign key violation(s)`);
     return { method: 'SQLite PRAGMA integrity_check (every page, every index against its table)', problems };
+  }
+
+  /**
+   * Runs whole-database reads on a thread with its own read-only connection (./read-thread.ts), off the
+   * event loop of a live server; an in-memory database has no file to open there, so it reads here.
+   */
+  private async readAll<K extends string>(
+    statements: Record<K, string>,
+  ): Promise<Record<K, Record<string, unknown>[]>> {
+    const conn = this.db.conn;
+    if (!conn.memory) return readOnThread(conn.name, statements);
+    const entries = Object.entries<string>(statements).map(([name, sql]) => [name, conn.prepare(sql).all()]);
+    return Object.fromEntries(entries) as Record<K, Record<string, unknown>[]>;
   }
 
   rebuildIndexes(): Promise<void> {
@@ -41,24 +71,20 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
   }
 
   async findRows(): Promise<RowFindings> {
-    const ids = (text: string) => (this.sql(text).all() as { id: string }[]).map((r) => r.id);
-    const outbox = this.sql(CHECK_SQL.outboxWithoutCopy).all() as {
-      owner_login: string;
-      primary_message_key: string;
-      blobs: Buffer;
-    }[];
+    const { outboxWithoutCopy, ...found } = await this.readAll(FIND_ROWS_SQL);
+    const ids = (rows: Record<string, unknown>[]) => rows.map((r) => String(r.id));
     return {
-      deliveryWithoutCopy: ids(CHECK_SQL.deliveryWithoutCopy),
-      outboxWithoutCopy: outbox.map((r) => ({
-        owner: r.owner_login,
-        primaryMessageKey: r.primary_message_key,
-        blobs: unpackBlobs(new Uint8Array(r.blobs)),
+      deliveryWithoutCopy: ids(found.deliveryWithoutCopy),
+      outboxWithoutCopy: outboxWithoutCopy.map((r) => ({
+        owner: String(r.owner_login),
+        primaryMessageKey: String(r.primary_message_key),
+        blobs: unpackBlobs(new Uint8Array(r.blobs as Uint8Array)),
       })),
-      acksWithoutCopy: ids(CHECK_SQL.acksWithoutCopy),
-      acksWithoutDevice: ids(CHECK_SQL.acksWithoutDevice),
-      outboxBehindCopy: ids(CHECK_SQL.outboxBehindCopy),
-      outboxMissing: ids(CHECK_SQL.outboxMissing),
-      deliveryAheadOfCopy: ids(CHECK_SQL.deliveryAheadOfCopy),
+      acksWithoutCopy: ids(found.acksWithoutCopy),
+      acksWithoutDevice: ids(found.acksWithoutDevice),
+      outboxBehindCopy: ids(found.outboxBehindCopy),
+      outboxMissing: ids(found.outboxMissing),
+      deliveryAheadOfCopy: ids(found.deliveryAheadOfCopy),
     };
   }
 
