@@ -14,7 +14,9 @@
  *  - once: alice deletes her dialog with the last peer (a DeleteConversation pair, one write);
  *  - last, once each: `shine check`'s whole-database reads (integrity check, rows that refer to nothing) on
  *    their thread, and the same statements on the store's own connection as they ran before, each with the
- *    event loop's longest stall meanwhile.
+ *    event loop's longest stall meanwhile;
+ *  - last, once each: POST /admin/mark-unsynced for alice, then for everyone, every outbox row synced before
+ *    each, with the event loop's longest stall meanwhile.
  * Durability: WAL + synchronous=FULL (BENCH_SYNC=normal for NORMAL); the seed runs in group commits of 500.
  *
  * Env: BENCH_PAIRS (100000), BENCH_PEERS (100), BENCH_BACKLOG (5000), BENCH_READS (5), BENCH_SYNC (full).
@@ -157,6 +159,17 @@ try {
     for (const sql of [...Object.values(INTEGRITY_SQL), ...Object.values(FIND_ROWS_SQL)])
       store.db.conn.prepare(sql).all();
   });
+  // POST /admin/mark-unsynced (MarkAllUserSettingsUnsynced) over a history the other server has pulled:
+  // alice's rows, then everyone's.
+  const markAll = async (owner: string | null) => {
+    store.db.conn.exec('UPDATE dm_sync_outbox SET synced = 1');
+    let marked = 0;
+    const timed = await timedWithStall(async () => {
+      marked = (await store.replication.markUnsynced(owner)).dmUpdated;
+    });
+    return { marked, ...timed };
+  };
+  const markUnsynced = { owner: await markAll('alice'), everyone: await markAll(null) };
 
   console.log(
     JSON.stringify({
@@ -177,6 +190,7 @@ try {
       wakeOtherServer: { woken, ms: wakeOtherServerMs },
       deleteConversation: { dialogs, copiesLeftInDialog: left.length, ms: deleteConversationMs },
       checkReads: { thread: checkThread, inlineReplaced: checkInline },
+      markUnsynced,
     }),
   );
 } finally {

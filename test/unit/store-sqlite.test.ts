@@ -202,6 +202,27 @@ describe("SQLite: shine check's whole-database reads", () => {
   });
 });
 
+describe('SQLite: MarkAllUserSettingsUnsynced over a long outbox', () => {
+  it('marks every synced row of the owner (then of everyone) in pages, rows of equal time across their edges', async () => {
+    const store = await fresh();
+    // 2 500 rows of alice (seven a millisecond, so pages end inside a millisecond; every tenth unsynced) and
+    // 1 500 synced rows of bob: several pages of markUnsynced each.
+    const rows = (owner: string, n: number, unsynced: string) =>
+      store.db.conn.exec(`
+        WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ${n})
+        INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced, time_ms)
+        SELECT '${owner}', printf('k%05d', i), printf('k%05d:0:0', i), i, x'00', NOT (${unsynced}), i / 7 FROM n`);
+    rows('alice', 2500, 'i % 10 = 0');
+    rows('bob', 1500, '0');
+    assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 2250, unsynced: 250 });
+    assert.deepEqual(await store.replication.markUnsynced('alice'), { updated: 0, dmUpdated: 2250 });
+    assert.deepEqual(await store.replication.outboxCounts('alice'), { synced: 0, unsynced: 2500 });
+    assert.deepEqual(await store.replication.outboxCounts('bob'), { synced: 1500, unsynced: 0 });
+    assert.deepEqual(await store.replication.markUnsynced(null), { updated: 0, dmUpdated: 1500 });
+    assert.deepEqual(await store.replication.outboxCounts('bob'), { synced: 0, unsynced: 1500 });
+  });
+});
+
 describe('SQLite: page size and checkpoints', () => {
   const pragma = (store: SqliteStore, name: string): unknown => store.db.conn.pragma(name, { simple: true });
 

@@ -15,6 +15,16 @@ import type {
 import { SqliteArea } from './db.js';
 import { OUTBOX_ROW, outboxRowKey } from './outbox.js';
 
+/** Outbox rows a write of markUnsynced reads (and marks, those synced). */
+const MARK_PAGE = 1_000;
+
+interface MarkRow {
+  id: number;
+  synced: number;
+  time_ms?: number;
+  primary_message_key?: string;
+}
+
 interface OutboxDbRow {
   primary_message_key: string;
   sync_id: string;
@@ -91,21 +101,43 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
     });
   }
 
-  markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }> {
-    return this.db.write(() => {
-      if (owner === null) {
-        return {
-          updated: this.sql('UPDATE user_settings SET synced = 0 WHERE synced = 1').run().changes,
-          dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE synced = 1').run().changes,
-        };
-      }
-      return {
-        updated: this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
-          .changes,
-        dmUpdated: this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner)
-          .changes,
-      };
-    });
+  async markUnsynced(owner: string | null): Promise<{ updated: number; dmUpdated: number }> {
+    const updated = await this.db.write(() =>
+      owner === null
+        ? this.sql('UPDATE user_settings SET synced = 0 WHERE synced = 1').run().changes
+        : this.sql('UPDATE user_settings SET synced = 0 WHERE owner_login = ? AND synced = 1').run(owner).changes,
+    );
+    // The outbox in writes of MARK_PAGE rows, each in a group commit of its own: a history of a million rows
+    // is many short writes with sessions served between them, not one that stops the event loop for
+    // seconds. Rows pulled meanwhile are acknowledged as usual, new ones are written as usual.
+    let dmUpdated = 0;
+    const page =
+      owner === null
+        ? // Everyone's rows, by rowid.
+          (after: unknown[]) =>
+            this.sql('SELECT rowid AS id, synced FROM dm_sync_outbox WHERE rowid > ? ORDER BY rowid LIMIT ?').all(
+              after[0] ?? 0,
+              MARK_PAGE,
+            ) as MarkRow[]
+        : // The owner's rows, along the digest index.
+          (after: unknown[]) =>
+            this.sql(
+              `SELECT rowid AS id, synced, time_ms, primary_message_key FROM dm_sync_outbox
+               WHERE owner_login = ? AND (time_ms, primary_message_key) > (?, ?)
+               ORDER BY time_ms, primary_message_key LIMIT ?`,
+            ).all(owner, after[0] ?? -1, after[1] ?? '', MARK_PAGE) as MarkRow[];
+    for (let after: unknown[] = []; ;) {
+      const rows = await this.db.write(() => {
+        const read = page(after);
+        for (const r of read)
+          if (r.synced === 1)
+            dmUpdated += this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE rowid = ?').run(r.id).changes;
+        return read;
+      });
+      const last = rows.at(-1);
+      if (!last || rows.length < MARK_PAGE) return { updated, dmUpdated };
+      after = owner === null ? [last.id] : [last.time_ms, last.primary_message_key];
+    }
   }
 
   async outboxCounts(owner: string): Promise<{ synced: number; unsynced: number }> {
