@@ -170,6 +170,8 @@ try {
     return { marked, ...timed };
   };
   const markUnsynced = { owner: await markAll('alice'), everyone: await markAll(null) };
+  const outboxCounts = await store.replication.outboxCounts('alice');
+  const outboxCountsMs = await medianMs(READS, () => store.replication.outboxCounts('alice'));
 
   console.log(
     JSON.stringify({
@@ -191,6 +193,7 @@ try {
       deleteConversation: { dialogs, copiesLeftInDialog: left.length, ms: deleteConversationMs },
       checkReads: { thread: checkThread, inlineReplaced: checkInline },
       markUnsynced,
+      debugOutbox: { ...outboxCounts, ms: outboxCountsMs },
     }),
   );
 } finally {
