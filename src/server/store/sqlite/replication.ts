@@ -18,9 +18,9 @@ import { OUTBOX_ROW, outboxRowKey } from './outbox.js';
 /** Outbox rows a write of markUnsynced reads (and marks, those synced). */
 const MARK_PAGE = 1_000;
 
+/** A row of a markUnsynced page: its rowid, and for an owner's pages its place in the digest index. */
 interface MarkRow {
   id: number;
-  synced: number;
   time_ms?: number;
   primary_message_key?: string;
 }
@@ -109,34 +109,33 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
     );
     // The outbox in writes of MARK_PAGE rows, each in a group commit of its own: a history of a million rows
     // is many short writes with sessions served between them, not one that stops the event loop for
-    // seconds. Rows pulled meanwhile are acknowledged as usual, new ones are written as usual.
-    let dmUpdated = 0;
+    // seconds. Rows pulled meanwhile are acknowledged as usual, new ones are written as usual. A page's
+    // rowids come from an index (everyone's: the table's own order; an owner's: the digest index).
     const page =
       owner === null
-        ? // Everyone's rows, by rowid.
-          (after: unknown[]) =>
-            this.sql('SELECT rowid AS id, synced FROM dm_sync_outbox WHERE rowid > ? ORDER BY rowid LIMIT ?').all(
-              after[0] ?? 0,
+        ? (after: MarkRow | undefined) =>
+            this.sql('SELECT rowid AS id FROM dm_sync_outbox WHERE rowid > ? ORDER BY rowid LIMIT ?').all(
+              after?.id ?? 0,
               MARK_PAGE,
             ) as MarkRow[]
-        : // The owner's rows, along the digest index.
-          (after: unknown[]) =>
+        : (after: MarkRow | undefined) =>
             this.sql(
-              `SELECT rowid AS id, synced, time_ms, primary_message_key FROM dm_sync_outbox
+              `SELECT rowid AS id, time_ms, primary_message_key FROM dm_sync_outbox
                WHERE owner_login = ? AND (time_ms, primary_message_key) > (?, ?)
                ORDER BY time_ms, primary_message_key LIMIT ?`,
-            ).all(owner, after[0] ?? -1, after[1] ?? '', MARK_PAGE) as MarkRow[];
-    for (let after: unknown[] = []; ;) {
+            ).all(owner, after?.time_ms ?? -1, after?.primary_message_key ?? '', MARK_PAGE) as MarkRow[];
+    let dmUpdated = 0;
+    for (let after: MarkRow | undefined; ;) {
       const rows = await this.db.write(() => {
         const read = page(after);
-        for (const r of read)
-          if (r.synced === 1)
-            dmUpdated += this.sql('UPDATE dm_sync_outbox SET synced = 0 WHERE rowid = ?').run(r.id).changes;
+        const ids = JSON.stringify(read.map((r) => r.id));
+        dmUpdated += this.sql(
+          'UPDATE dm_sync_outbox SET synced = 0 WHERE rowid IN (SELECT value FROM json_each(?)) AND synced = 1',
+        ).run(ids).changes;
         return read;
       });
-      const last = rows.at(-1);
-      if (!last || rows.length < MARK_PAGE) return { updated, dmUpdated };
-      after = owner === null ? [last.id] : [last.time_ms, last.primary_message_key];
+      if (rows.length < MARK_PAGE) return { updated, dmUpdated };
+      after = rows.at(-1);
     }
   }
 
