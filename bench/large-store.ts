@@ -15,6 +15,8 @@
  *  - last, once each: `shine check`'s whole-database reads (integrity check, rows that refer to nothing) on
  *    their thread, and the same statements on the store's own connection as they ran before, each with the
  *    event loop's longest stall meanwhile;
+ *  - once each: the whole `shine check` (no repair), its signatures checked on the event loop and on one
+ *    verify thread, with the event loop's longest stall;
  *  - last, once each: POST /admin/mark-unsynced for alice, then for everyone, every outbox row synced before
  *    each, with the event loop's longest stall meanwhile.
  * Durability: WAL + synchronous=FULL (BENCH_SYNC=normal for NORMAL); the seed runs in group commits of 500.
@@ -24,12 +26,18 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import { toBase64 } from '../src/protocol/bytes.js';
 import { messageKeyOf } from '../src/protocol/container.js';
+import { ed25519PublicKey } from '../src/protocol/ed25519.js';
+import type { CheckReport } from '../src/server/check/service.js';
+import { checkDatabase } from '../src/server/check/service.js';
+import type { BulkVerifier } from '../src/server/crypto/verify-pool.js';
+import { bulkVerifier, inlineBulkVerifier } from '../src/server/crypto/verify-pool.js';
 import { replayFloorAfter } from '../src/server/dm/service.js';
 import { FIND_ROWS_SQL, INTEGRITY_SQL } from '../src/server/store/sqlite/check.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { StoredCopy } from '../src/server/store/types.js';
-import { pairOf } from '../test/helpers/replication.js';
+import { pairOf, seedFor } from '../test/helpers/replication.js';
 import { machine } from './lib/machine.js';
 import { elapsedMs, medianMs, timedWithStall } from './lib/timing.js';
 
@@ -45,12 +53,12 @@ const dir = mkdtempSync(join(os.tmpdir(), 'shine-bench-large-'));
 const store = openSqliteStore({ path: join(dir, 'shine.sqlite'), sync: SYNC });
 try {
   await store.migrate();
-  for (let p = 0; p < PEERS; p++) {
-    const login = `peer${p}`;
+  // The profiles carry the keys pairOf signs with, so `shine check` verifies every copy.
+  for (const login of ['alice', ...Array.from({ length: PEERS }, (_, p) => `peer${p}`)]) {
     await store.directory.putUser(
       {
         login,
-        signKeyB64: 's',
+        signKeyB64: toBase64(ed25519PublicKey(seedFor(login))),
         encKeyB64: 'e',
         accessServers: ['beta'],
         version: 1,
@@ -159,6 +167,17 @@ try {
     for (const sql of [...Object.values(INTEGRITY_SQL), ...Object.values(FIND_ROWS_SQL)])
       store.db.conn.prepare(sql).all();
   });
+  // The whole check (no repair), its signatures on the event loop and on a verify thread (the server's pool).
+  const wholeCheck = async (verifier: BulkVerifier) => {
+    let report: CheckReport | undefined;
+    const timed = await timedWithStall(async () => {
+      report = await checkDatabase({ store, verifier, nowMs: () => Date.now() }, { repair: false });
+    });
+    return { checked: report!.containers.checked, problems: report!.problems, ...timed };
+  };
+  const pool = bulkVerifier(1);
+  const checkWhole = { verifyInline: await wholeCheck(inlineBulkVerifier()), verifyThread: await wholeCheck(pool) };
+  await pool.close();
   // POST /admin/mark-unsynced (MarkAllUserSettingsUnsynced) over a history the other server has pulled:
   // alice's rows, then everyone's.
   const markAll = async (owner: string | null) => {
@@ -192,6 +211,7 @@ try {
       wakeOtherServer: { woken, ms: wakeOtherServerMs },
       deleteConversation: { dialogs, copiesLeftInDialog: left.length, ms: deleteConversationMs },
       checkReads: { thread: checkThread, inlineReplaced: checkInline },
+      checkWhole,
       markUnsynced,
       debugOutbox: { ...outboxCounts, ms: outboxCountsMs },
     }),

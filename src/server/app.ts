@@ -311,7 +311,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
         replication,
         peers: { directory, trouble, connected: (server) => peers.connected(server) },
         processes,
-        check: (opts) => checkDatabase({ store, verifier, nowMs: () => clock.now() }, opts),
+        check: (opts) => checkDatabase({ store, verifier: bulkVerifier, nowMs: () => clock.now() }, opts),
       }),
       ...pushAdminRoutes(push),
       ...chainAdminRoutes(chains),

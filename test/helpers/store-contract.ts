@@ -19,7 +19,7 @@ import { checkDatabase } from '../../src/server/check/service.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
 import { ZERO_HASH_HEX, copyDigest, xorInto } from '../../src/server/store/rules.js';
 import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
-import { sodiumVerifier } from '../../src/server/crypto/verifier.js';
+import { inlineBulkVerifier } from '../../src/server/crypto/verify-pool.js';
 import type { Store, StorePairInput } from '../../src/server/store/types.js';
 import type { DeliveryReceipt } from '../../src/protocol/receipt.js';
 import type { PairSpec } from './containers.js';
@@ -1133,7 +1133,7 @@ export function storeContract(factory: StoreFactory): void {
       const store = await fresh();
       const q = (sql: string, params: readonly unknown[] = []) => factory.query(store, sql, params);
       const check = (repair: boolean) =>
-        checkDatabase({ store, verifier: sodiumVerifier, nowMs: () => T0 + 1_000 }, { repair });
+        checkDatabase({ store, verifier: inlineBulkVerifier(), nowMs: () => T0 + 1_000 }, { repair });
       for (const login of ['alice', 'bob'])
         await store.directory.putUser(
           { ...profile(login, ['here']), signKeyB64: toBase64(publicKeyOf(login)) },

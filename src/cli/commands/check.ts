@@ -81,13 +81,13 @@ async function checkThroughServer(flags: CheckFlags): Promise<CheckReport> {
 async function checkDatabaseHere(flags: CheckFlags): Promise<CheckReport> {
   if (flags.adminToken !== undefined && process.env.SHINE_ADMIN_TOKEN !== flags.adminToken)
     throw new UsageError('--admin-token goes with --server');
-  const [{ resolveConfig }, { configInputFromEnv }, { openStore }, { checkDatabase }, { sodiumVerifier }] =
+  const [{ resolveConfig }, { configInputFromEnv }, { openStore }, { checkDatabase }, { bulkVerifier }] =
     await Promise.all([
       import('../../server/config/config.js'),
       import('../../server/config/env.js'),
       import('../../server/store/open.js'),
       import('../../server/check/service.js'),
-      import('../../server/crypto/verifier.js'),
+      import('../../server/crypto/verify-pool.js'),
     ]);
   const env = { ...process.env };
   if (flags.config !== undefined) env[CONFIG_FILE_VAR] = flags.config;
@@ -99,9 +99,12 @@ async function checkDatabaseHere(flags: CheckFlags): Promise<CheckReport> {
   if (config.db.kind === 'sqlite' && !existsSync(config.db.path))
     throw new CliError(`no database at ${resolve(config.db.path)} (give --db or --data-dir)`);
   const store = await openStore(config);
+  // The signatures on the server's verify threads (SHINE_VERIFY_THREADS), beside the reads.
+  const verifier = bulkVerifier(config.verifyThreads);
   try {
-    return await checkDatabase({ store, verifier: sodiumVerifier, nowMs: () => Date.now() }, { repair: flags.repair });
+    return await checkDatabase({ store, verifier, nowMs: () => Date.now() }, { repair: flags.repair });
   } finally {
+    await verifier.close();
     await store.close();
   }
 }
