@@ -135,7 +135,7 @@ export async function checkDatabase(deps: CheckDeps, opts: { repair: boolean }):
     after = page[page.length - 1]!.messageKey;
     // A page's read and (inline) checks settle without a turn of the event loop: give it one, so a live
     // server serves its sessions between pages.
-    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise(setImmediate);
   }
 
   const rows = await store.check.findRows();
