@@ -10,7 +10,8 @@
  * SQLite with one process, and PostgreSQL with two processes against one.
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 300), BENCH_WINDOW (requests in flight per
- * client, 2), SHINE_TEST_PG_URL / SHINE_TEST_REDIS_URL (the machine's defaults).
+ * client, 2), BENCH_KINDS (which runs, of sqlite,postgres,postgres2; all three), SHINE_TEST_PG_URL /
+ * SHINE_TEST_REDIS_URL (the machine's defaults).
  */
 import { machine } from './lib/machine.js';
 import { randomBytes } from 'node:crypto';
@@ -77,11 +78,12 @@ async function postgresDurability(url: string): Promise<string> {
   }
 }
 
-const sqlite = await run('sqlite', 1);
-const postgres = await run('postgres', 1);
-const postgres2 = await run('postgres', 2);
-const ratio = (a: Record<string, unknown>, b: Record<string, unknown>): number =>
-  Number(((a.pairsPerSec as number) / (b.pairsPerSec as number)).toFixed(2));
+const KINDS = new Set((process.env.BENCH_KINDS ?? 'sqlite,postgres,postgres2').split(','));
+const sqlite = KINDS.has('sqlite') ? await run('sqlite', 1) : null;
+const postgres = KINDS.has('postgres') ? await run('postgres', 1) : null;
+const postgres2 = KINDS.has('postgres2') ? await run('postgres', 2) : null;
+const ratio = (a: Record<string, unknown> | null, b: Record<string, unknown> | null): number | null =>
+  a && b ? Number(((a.pairsPerSec as number) / (b.pairsPerSec as number)).toFixed(2)) : null;
 console.log(
   JSON.stringify({
     bench: 'store-dialects',

@@ -19,7 +19,28 @@ export interface PgDbOptions {
 
 /** What a query runs on: a pooled client inside a transaction, or the pool itself. */
 export interface Queryable {
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string | pg.QueryConfig,
+    values?: unknown[],
+  ): Promise<pg.QueryResult<R>>;
+}
+
+const preparedNames = new Map<string, string>();
+
+/**
+ * A statement each connection parses once and then runs by name: PostgreSQL skips parsing it again, and
+ * once a generic plan is no dearer than the custom ones it skips planning too. A pair's statements were
+ * parsed and planned on every call, about a third of the database's CPU a pair (docs/performance.md).
+ * Only for statements whose text comes in a few shapes with every value a parameter: each distinct text
+ * stays prepared on every connection that ran it.
+ */
+export function prepared(text: string, values: unknown[]): pg.QueryConfig {
+  let name = preparedNames.get(text);
+  if (name === undefined) {
+    name = `shine_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
+    preparedNames.set(text, name);
+  }
+  return { name, text, values };
 }
 
 /** BIGINT (milliseconds, counts) as JS numbers, for this pool only: every value we store fits in 2^53. */
@@ -144,8 +165,11 @@ export class PgDb implements Queryable {
   }
 
   /** One statement outside a transaction (a read, or a write that is atomic on its own). */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.withClient((c) => c.query<R>(text, values));
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string | pg.QueryConfig,
+    values?: unknown[],
+  ): Promise<pg.QueryResult<R>> {
+    return this.withClient((c) => (typeof text === 'string' ? c.query<R>(text, values) : c.query<R>(text)));
   }
 
   /**

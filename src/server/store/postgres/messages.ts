@@ -24,7 +24,7 @@ import type {
   OutboxRow,
 } from '../types.js';
 import type { PgDb } from './db.js';
-import { lockKey } from './db.js';
+import { lockKey, prepared } from './db.js';
 
 type Client = pg.PoolClient;
 
@@ -48,6 +48,7 @@ export class PgMessageStore implements MessageStore {
         const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
         let out: CopyResult;
         let inc: CopyResult;
+        let inserts: readonly CopyPlan[] = [];
         if (ownerOf(outgoing) !== ownerOf(incoming)) {
           // Two owners: storing one copy cannot change the other's facts, so both copies' facts come in
           // one round trip and both rows are written together.
@@ -56,15 +57,18 @@ export class PgMessageStore implements MessageStore {
             planCopy(outgoing, outFacts!, { nowMs, replay, originDevice: origin }),
             planCopy(incoming, incFacts!, { nowMs, replay, originDevice: null }),
           ];
-          await applyPlans(c, plans, nowMs);
+          // New rows alone (a plain send) go with the last statement; updates and effects run first, in order.
+          if (plans.every((p) => p.write !== 'update' && !(p.write && p.effect))) inserts = plans;
+          else await applyPlans(c, plans, nowMs);
           [out, inc] = [plans[0]!.result, plans[1]!.result];
         } else {
           out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
           inc = await storeCopyTx(c, incoming, nowMs, replay, null);
         }
-        // The outbox rows, the delivery row and the state after it in one statement. When the upsert
-        // changes nothing (an older revision), the last SELECT reads the row as it was.
+        // The new copies, the outbox rows, the delivery row and the state after it in one statement. When
+        // the upsert changes nothing (an older revision), the last SELECT reads the row as it was.
         const q = new Params();
+        const insert = insertStatement(q, inserts);
         const outbox = outboxCte(q, [
           outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs),
           outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs),
@@ -86,13 +90,15 @@ export class PgMessageStore implements MessageStore {
                      > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
                RETURNING state)`
           : `up AS (SELECT NULL::text AS state WHERE false)`;
-        const ctes = [outbox, upsert].filter((x) => x !== null).join(', ');
+        const ctes = [insert && `ins AS (${insert})`, outbox, upsert].filter((x) => x !== null).join(', ');
         const r = await c.query<{ state: DeliveryState }>(
-          `WITH ${ctes}
-           SELECT state FROM up
-           UNION ALL
-           SELECT state FROM dm_delivery_state WHERE outgoing_key = ${key} AND NOT EXISTS (SELECT 1 FROM up)`,
-          q.values,
+          prepared(
+            `WITH ${ctes}
+             SELECT state FROM up
+             UNION ALL
+             SELECT state FROM dm_delivery_state WHERE outgoing_key = ${key} AND NOT EXISTS (SELECT 1 FROM up)`,
+            q.values,
+          ),
         );
         return { incoming: inc, outgoing: out, deliveryState: r.rows[0]?.state ?? null };
       },
@@ -107,7 +113,7 @@ export class PgMessageStore implements MessageStore {
         const r = await storeCopyTx(c, copy, input.nowMs, !input.silent, null);
         const q = new Params();
         const outbox = outboxCte(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
-        if (outbox) await c.query(`WITH ${outbox} SELECT 1`, q.values);
+        if (outbox) await c.query(prepared(`WITH ${outbox} SELECT 1`, q.values));
         return r;
       },
       ownerLocks([ownerOf(copy)]),
@@ -177,14 +183,15 @@ interface FactsRow {
   conv: number | null;
   tombstoned: boolean;
   receipt: number | null;
-  revision_time_ms: number | null;
-  reencrypted_at_ms: number | null;
-  stored_at_ms: number | null;
+  /** revision_time_ms, reencrypted_at_ms, stored_at_ms of the stored copy (BIGINT[] comes as text). */
+  existing: string[] | null;
 }
 
 /**
  * The facts rules.planCopy needs for each copy, in one round trip. Only for copies of different owners:
- * storing one then cannot change the facts of another.
+ * storing one then cannot change the facts of another. Every lookup is a subquery on one row of a key, so
+ * the plan a connection keeps for the statement (prepared) seeks an index whatever the tables' sizes were
+ * when it was made: as a join, a plan made while signed_messages was small read the whole table each call.
  */
 async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
   const values: unknown[] = [];
@@ -204,27 +211,34 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
     return `(${i}, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::boolean, ${p(6)}::boolean, ${p(7)}::boolean)`;
   });
   const r = await c.query<FactsRow>(
-    `SELECT
-       CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
-                                WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
-       v.tomb_q AND EXISTS (SELECT 1 FROM dm_tombstones
-                            WHERE owner_login = v.owner AND kind = 'message' AND target = v.base_key) AS tombstoned,
-       CASE WHEN v.receipt_q THEN (SELECT MIN(read_at_ms) FROM signed_messages
-                                   WHERE owner_login = v.owner AND target_base_key = v.base_key
-                                     AND message_type IN (3, 4)) END AS receipt,
-       e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms
-     FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
-       LEFT JOIN signed_messages e ON e.message_key = v.message_key
-     ORDER BY v.i`,
-    values,
+    prepared(
+      `SELECT
+         CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
+                                  WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
+         COALESCE(v.tomb_q AND (SELECT true FROM dm_tombstones
+                                WHERE owner_login = v.owner AND kind = 'message' AND target = v.base_key), false)
+           AS tombstoned,
+         CASE WHEN v.receipt_q THEN (SELECT MIN(read_at_ms) FROM signed_messages
+                                     WHERE owner_login = v.owner AND target_base_key = v.base_key
+                                       AND message_type IN (3, 4)) END AS receipt,
+         (SELECT ARRAY[e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms] FROM signed_messages e
+          WHERE e.message_key = v.message_key) AS existing
+       FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
+       ORDER BY v.i`,
+      values,
+    ),
   );
   return r.rows.map((f) => ({
     conversationDeleteBeforeMs: f.conv,
     messageTombstoned: f.tombstoned,
     existing:
-      f.stored_at_ms === null
+      f.existing === null
         ? null
-        : { revisionTimeMs: f.revision_time_ms!, reencryptedAtMs: f.reencrypted_at_ms!, storedAtMs: f.stored_at_ms },
+        : {
+            revisionTimeMs: Number(f.existing[0]),
+            reencryptedAtMs: Number(f.existing[1]),
+            storedAtMs: Number(f.existing[2]),
+          },
     earliestReceiptReadAtMs: f.receipt,
   }));
 }
@@ -248,59 +262,63 @@ async function storeCopyTx(
  * updates, then the effects on other rows of each owner.
  */
 async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number): Promise<void> {
-  const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
-  if (rows.length > 0) {
-    const q = new Params();
-    const tuples = rows.map(
-      (row) =>
-        `(${q.list([
-          row.messageKey,
-          row.baseKey,
-          row.owner,
-          row.peer,
-          row.messageType,
-          row.timeMs,
-          row.nonce,
-          row.revisionTimeMs,
-          row.reencryptedAtMs,
-          row.nowMs,
-          row.nowMs,
-          row.readAtMs,
-          row.targetBaseKey,
-          row.replay,
-          row.originDevice,
-          bufferOf(row.blob),
-        ])})`,
-    );
-    await c.query(
-      `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
-         revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
-         origin_device, blob)
-       VALUES ${tuples.join(', ')}`,
-      q.values,
-    );
-  }
+  const q = new Params();
+  const insert = insertStatement(q, plans);
+  if (insert) await c.query(prepared(insert, q.values));
   for (const plan of plans) {
     if (plan.write !== 'update') continue;
     const row = plan.row;
     await c.query(
-      `UPDATE signed_messages SET revision_time_ms = $1, reencrypted_at_ms = $2, stored_at_ms = $3, blob = $4,
-         replay = $5, origin_device = $6,
-         read_at_ms = CASE WHEN message_type IN (3, 4) THEN $7 ELSE read_at_ms END
-       WHERE message_key = $8`,
-      [
-        row.revisionTimeMs,
-        row.reencryptedAtMs,
-        row.nowMs,
-        bufferOf(row.blob),
-        row.replay,
-        row.originDevice,
-        row.readAtMs,
-        row.messageKey,
-      ],
+      prepared(
+        `UPDATE signed_messages SET revision_time_ms = $1, reencrypted_at_ms = $2, stored_at_ms = $3, blob = $4,
+           replay = $5, origin_device = $6,
+           read_at_ms = CASE WHEN message_type IN (3, 4) THEN $7 ELSE read_at_ms END
+         WHERE message_key = $8`,
+        [
+          row.revisionTimeMs,
+          row.reencryptedAtMs,
+          row.nowMs,
+          bufferOf(row.blob),
+          row.replay,
+          row.originDevice,
+          row.readAtMs,
+          row.messageKey,
+        ],
+      ),
     );
   }
   for (const plan of plans) if (plan.write !== null && plan.effect) await applyEffect(c, plan.effect, nowMs);
+}
+
+/** The INSERT of the plans' new rows, its values added to q; null when no plan inserts. */
+function insertStatement(q: Params, plans: readonly CopyPlan[]): string | null {
+  const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
+  if (rows.length === 0) return null;
+  const tuples = rows.map(
+    (row) =>
+      `(${q.list([
+        row.messageKey,
+        row.baseKey,
+        row.owner,
+        row.peer,
+        row.messageType,
+        row.timeMs,
+        row.nonce,
+        row.revisionTimeMs,
+        row.reencryptedAtMs,
+        row.nowMs,
+        row.nowMs,
+        row.readAtMs,
+        row.targetBaseKey,
+        row.replay,
+        row.originDevice,
+        bufferOf(row.blob),
+      ])})`,
+  );
+  return `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+      revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
+      origin_device, blob)
+    VALUES ${tuples.join(', ')}`;
 }
 
 const bufferOf = (b: Uint8Array): Buffer => Buffer.from(b.buffer, b.byteOffset, b.byteLength);

@@ -3,7 +3,7 @@ import type { PushStore, PushSubscriptionRow, UpsertSubscription } from '../../p
 import type { PushDbRow } from '../rows.js';
 import { PUSH_COLUMNS, toPushSubscription } from '../rows.js';
 import type { PgDb } from './db.js';
-import { lockKey } from './db.js';
+import { lockKey, prepared } from './db.js';
 
 export class PgPushStore implements PushStore {
   constructor(private readonly db: PgDb) {}
@@ -50,8 +50,9 @@ export class PgPushStore implements PushStore {
 
   async subscriptionsOf(owner: string): Promise<PushSubscriptionRow[]> {
     const r = await this.db.query<PushDbRow>(
-      `SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = $1 ORDER BY upsert_seq, endpoint`,
-      [owner],
+      prepared(`SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = $1 ORDER BY upsert_seq, endpoint`, [
+        owner,
+      ]),
     );
     return r.rows.map(toPushSubscription);
   }
