@@ -5,8 +5,8 @@
  *  - postgres: one process, PostgreSQL with synchronous_commit on (its fsync setting is printed too);
  *  - postgres×2: two processes of the same server on the same PostgreSQL database and one Redis, the
  *    clients spread over both (as a load balancer would).
- * Each run gets a fresh database. Prints one JSON line with pairs/s, answer p50/p99 and the servers'
- * CPU (percent of one core, processes summed) for each, and the ratios asked for: PostgreSQL against
+ * Each run gets a fresh database. Prints one JSON line with pairs/s, answer p50/p99, the servers' CPU
+ * and on PostgreSQL its backends' CPU (percent of one core, processes summed) for each, and the ratios asked for: PostgreSQL against
  * SQLite with one process, and PostgreSQL with two processes against one.
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 300), BENCH_WINDOW (requests in flight per
@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import type { ServerProcess } from '../test/helpers/server-process.js';
-import { startServerProcess } from '../test/helpers/server-process.js';
+import { procCpuMs, startServerProcess } from '../test/helpers/server-process.js';
 import { freshRedisPrefix, freshTestDb, testRedisUrl } from '../test/helpers/test-db.js';
 import { UNLIMITED_RATE, runSendLoad } from './lib/send-load.js';
 
@@ -47,22 +47,47 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
     for (let i = 0; i < processes; i++) servers.push(await startServerProcess({ env }));
     let cpu0 = 0;
     const cpu = (): number => servers.reduce((sum, s) => sum + s.cpuMs(), 0);
+    // PostgreSQL's backends for the servers' pools: those open before the clock starts are read then, those
+    // the pools open during the run are read from zero at its end.
+    const dbCpu0 = new Map<number, number>();
+    const before = kind === 'postgres' ? await backendPids(db.url) : [];
     const r = await runSendLoad({
       wsUrls: servers.map((s) => s.wsUrl),
       clients: CLIENTS,
       pairsPerClient: PAIRS,
       window: WINDOW,
-      onStart: () => (cpu0 = cpu()),
+      onStart: () => {
+        cpu0 = cpu();
+        for (const pid of before) dbCpu0.set(pid, procCpuMs(pid));
+      },
     });
+    const after = kind === 'postgres' ? await backendPids(db.url) : [];
+    const dbCpuMs = after.reduce((sum, pid) => sum + procCpuMs(pid) - (dbCpu0.get(pid) ?? 0), 0);
+    const percent = (ms: number): number => Math.round((ms / (r.seconds * 1000)) * 100);
     return {
       processes,
       durability: kind === 'sqlite' ? 'WAL+synchronous=FULL' : await postgresDurability(db.url),
       ...r,
-      serverCpuPercent: Math.round(((cpu() - cpu0) / (r.seconds * 1000)) * 100),
+      serverCpuPercent: percent(cpu() - cpu0),
+      ...(kind === 'postgres' ? { databaseCpuPercent: percent(dbCpuMs), databaseBackends: after.length } : {}),
     };
   } finally {
     await Promise.all(servers.map((s) => s.close()));
     await db.drop();
+  }
+}
+
+/** The PostgreSQL backends connected to the bench's database now (this machine's /proc shows their CPU). */
+async function backendPids(url: string): Promise<number[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const r = await client.query<{ pid: number }>(
+      'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+    );
+    return r.rows.map((row) => row.pid);
+  } finally {
+    await client.end();
   }
 }
 

@@ -71,6 +71,13 @@ function canListen(port: number): Promise<boolean> {
   });
 }
 
+/** CPU time (user + system) a process has used so far, in ms (Linux). */
+export function procCpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 per second here).
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
 /** A memory field of /proc/PID/status, in KiB. */
 function statusKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -171,11 +178,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
     dbUrl,
     httpUrl,
     wsUrl: `ws://127.0.0.1:${port}/ws`,
-    cpuMs() {
-      const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      // utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks (100 per second here).
-      return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-    },
+    cpuMs: () => procCpuMs(child.pid!),
     peakRssKiB: () => statusKiB(child.pid!, 'VmHWM'),
     rssKiB: () => statusKiB(child.pid!, 'VmRSS'),
     kill,

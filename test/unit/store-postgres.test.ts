@@ -274,6 +274,102 @@ describe('PostgreSQL: several processes on one database', () => {
   });
 });
 
+describe('PostgreSQL: pairs stored in batches', () => {
+  let store: PostgresStore;
+  before(async () => {
+    store = await openPool(6);
+    await store.migrate();
+  });
+
+  const local = (...logins: string[]) => ({
+    outbox: { owners: new Map(logins.map((l) => [l, false])) },
+  });
+
+  it('pairs of many owners asked for in one turn share a few transactions, each stored as alone', async () => {
+    const specs: PairSpec[] = Array.from({ length: 60 }, (_, i) => ({
+      from: `batch-a${i}`,
+      to: `batch-b${i}`,
+      timeMs: T0 + i,
+      nonce: i,
+    }));
+    const commits = store.db.stats.commits;
+    const results = await Promise.all(
+      specs.map((spec, i) =>
+        putPair(store, spec, {
+          ...local(spec.from, spec.to),
+          delivery: { state: 'accepted', attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 + i },
+        }),
+      ),
+    );
+    // 60 pairs of 120 owners: batches of at most 32, so at least two, and far fewer than 60.
+    const used = store.db.stats.commits - commits;
+    assert.ok(used >= 2 && used <= 6, `${used} commits for 60 pairs`);
+    for (const [i, spec] of specs.entries()) {
+      const p = testPair(spec);
+      assert.equal(results[i]!.outgoing.outcome, 'inserted');
+      assert.equal(results[i]!.incoming.outcome, 'inserted');
+      assert.equal(results[i]!.deliveryState, 'accepted');
+      assert.equal(results[i]!.outgoing.messageKey, messageKeyOf(p.outgoing));
+      assert.equal((await store.delivery.getDelivery(messageKeyOf(p.outgoing)))?.nextAttemptAtMs, T0 + i);
+      assert.ok(await store.messages.getCopy(messageKeyOf(p.incoming)));
+    }
+  });
+
+  it('pairs of one owner asked for in one turn are stored in the order asked, each seeing the one before', async () => {
+    const [alice, bob] = ['batch-same-a', 'batch-same-b'];
+    const first: PairSpec = { from: alice, to: bob, timeMs: T0, nonce: 1 };
+    const edit: PairSpec = { ...first, revisionTimeMs: T0 + 50 };
+    const delivery = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    const [a, b, c] = await Promise.all([
+      putPair(store, first, { ...local(alice, bob), delivery }),
+      putPair(store, edit, { ...local(alice, bob), delivery }),
+      putPair(store, first, { ...local(alice, bob), delivery }),
+    ]);
+    assert.deepEqual(
+      [a, b, c].map((r) => r.outgoing.outcome),
+      ['inserted', 'updated', 'unchanged'],
+    );
+    // The older revision asked for last changes neither the copy nor its delivery row.
+    const copy = await store.messages.getCopy(b.outgoing.messageKey);
+    assert.equal(copy?.revisionTimeMs, T0 + 50);
+    assert.equal((await store.delivery.getDelivery(b.outgoing.messageKey))?.revisionTimeMs, T0 + 50);
+    assert.equal(c.deliveryState, 'accepted');
+  });
+
+  it('a pair that fails fails alone: the others of its batch are stored, it stores nothing', async () => {
+    const specs: PairSpec[] = Array.from({ length: 8 }, (_, i) => ({
+      from: `batch-f-a${i}`,
+      to: `batch-f-b${i}`,
+      timeMs: T0 + i,
+      nonce: i,
+    }));
+    const commits = store.db.stats.commits;
+    const settled = await Promise.allSettled(
+      specs.map((spec, i) =>
+        putPair(store, spec, {
+          ...local(spec.from, spec.to),
+          // attempt is an INTEGER column: 2^40 fails the statement that writes the delivery rows.
+          delivery: { state: 'accepted', attempt: i === 5 ? 2 ** 40 : 1, acceptedAtMs: T0, nextAttemptAtMs: T0 },
+        }),
+      ),
+    );
+    assert.ok(store.db.stats.commits - commits >= 7, 'the others committed on their own');
+    for (const [i, spec] of specs.entries()) {
+      const p = testPair(spec);
+      const stored = await store.messages.getCopy(messageKeyOf(p.outgoing));
+      if (i === 5) {
+        assert.equal(settled[i]!.status, 'rejected');
+        assert.match(String((settled[i] as PromiseRejectedResult).reason), /out of range/);
+        assert.equal(stored, null);
+        assert.equal(await store.messages.getCopy(messageKeyOf(p.incoming)), null);
+      } else {
+        assert.equal(settled[i]!.status, 'fulfilled');
+        assert.ok(stored);
+      }
+    }
+  });
+});
+
 /** What a user sees of one owner pair, through the Store interface only. */
 async function snapshot(store: Store, alice: string, bob: string, specs: PairSpec[], deleted: Set<number>) {
   const history = [];

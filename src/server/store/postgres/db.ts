@@ -29,10 +29,10 @@ const preparedNames = new Map<string, string>();
 
 /**
  * A statement each connection parses once and then runs by name: PostgreSQL skips parsing it again, and
- * once a generic plan is no dearer than the custom ones it skips planning too. A pair's statements were
- * parsed and planned on every call, about a third of the database's CPU a pair (docs/performance.md).
- * Only for statements whose text comes in a few shapes with every value a parameter: each distinct text
- * stays prepared on every connection that ran it.
+ * with a generic plan (plan_cache_mode) planning too. A pair's statements were parsed and planned on every
+ * call, about a third of the database's CPU a pair (docs/performance.md). Only for statements whose text
+ * comes in a few shapes with every value a parameter: each distinct text stays prepared on every
+ * connection that ran it.
  */
 export function prepared(text: string, values: unknown[]): pg.QueryConfig {
   let name = preparedNames.get(text);

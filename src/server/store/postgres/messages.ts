@@ -23,87 +23,130 @@ import type {
   StorePairResult,
   OutboxRow,
 } from '../types.js';
+import { ShineError } from '../../../protocol/errors.js';
 import type { PgDb } from './db.js';
 import { lockKey, prepared } from './db.js';
 
 type Client = pg.PoolClient;
 
-/** BEGIN's companion: the owners' advisory locks in login order, so two pairs never wait on each other in a cycle. */
+/**
+ * BEGIN's companion for storing copies: the owners' advisory locks in login order, so two transactions
+ * never wait on each other in a cycle; and the plans each connection keeps for the statements below
+ * (prepared), which take their rows as arrays. A custom plan knows an array's length and a generic one
+ * cannot, so PostgreSQL would otherwise plan them again on every call; every lookup in them is a seek on
+ * a key, whatever the plan.
+ */
 function ownerLocks(owners: readonly string[]): string {
-  return [...new Set(owners)]
-    .sort()
-    .map((o) => `SELECT pg_advisory_xact_lock(${lockKey(`shine:owner:${o}`)});`)
-    .join('');
+  return (
+    'SET LOCAL plan_cache_mode = force_generic_plan;' +
+    [...new Set(owners)]
+      .sort()
+      .map((o) => `SELECT pg_advisory_xact_lock(${lockKey(`shine:owner:${o}`)});`)
+      .join('')
+  );
 }
 
+/** Pairs a transaction stores at most (docs/performance.md): their owners' locks are all taken at its start. */
+const MAX_BATCH = 32;
+/**
+ * Batches of pairs in flight at once: while one commits, the next forms and runs. More in flight made each
+ * smaller and cost the database more per pair (docs/performance.md, 1, 2, 3, 4 and 10 measured); the pool's
+ * other connections stay free for reads and the delivery worker.
+ */
+const BATCHES_IN_FLIGHT = 2;
+/** Pairs waiting for a batch before more are refused, as the pool refuses waiting callers (db.ts). */
+const MAX_PENDING = 20_000;
+
+interface PairJob {
+  input: StorePairInput;
+  resolve: (r: StorePairResult) => void;
+  reject: (err: unknown) => void;
+  /** Stored in a transaction of its own (its batch failed). */
+  alone?: boolean;
+}
+
+const ownersOf = (input: StorePairInput): string[] => [ownerOf(input.outgoing), ownerOf(input.incoming)];
+
 export class PgMessageStore implements MessageStore {
+  private pending: PairJob[] = [];
+  private scheduled = false;
+  /** Owners of the batches in flight: a pair of one of them waits here, not on the database's lock. */
+  private readonly busyOwners = new Set<string>();
+  private batchesInFlight = 0;
+
   constructor(private readonly db: PgDb) {}
 
+  /**
+   * Pairs of two owners are stored in batches (group commit): one transaction takes the owners' locks at
+   * once in login order, reads every pair's facts in one statement and writes every new row in one more,
+   * so a batch costs four round trips and one commit where each pair cost as much (docs/performance.md).
+   * At most two batches are in flight; pairs asked for meanwhile wait and form the next ones (at most
+   * MAX_PENDING, then 503 OVERLOADED). A batch holds no owner twice and none of a batch in flight, so one
+   * pair cannot change another's facts and no batch waits on another's lock in this process. If a batch
+   * fails, each of its pairs is stored again on its own, so only a pair that fails alone answers with
+   * its error.
+   */
   storePair(input: StorePairInput): Promise<StorePairResult> {
-    const { incoming, outgoing, nowMs } = input;
-    return this.db.tx(
-      async (c) => {
-        const replay = !input.silent;
-        // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3).
-        const origin = input.senderDevice?.login === outgoing.fromLogin ? input.senderDevice.deviceId : null;
-        let out: CopyResult;
-        let inc: CopyResult;
-        let inserts: readonly CopyPlan[] = [];
-        if (ownerOf(outgoing) !== ownerOf(incoming)) {
-          // Two owners: storing one copy cannot change the other's facts, so both copies' facts come in
-          // one round trip and both rows are written together.
-          const [outFacts, incFacts] = await lookupFacts(c, [outgoing, incoming]);
-          const plans = [
-            planCopy(outgoing, outFacts!, { nowMs, replay, originDevice: origin }),
-            planCopy(incoming, incFacts!, { nowMs, replay, originDevice: null }),
-          ];
-          // New rows alone (a plain send) go with the last statement; updates and effects run first, in order.
-          if (plans.every((p) => p.write !== 'update' && !(p.write && p.effect))) inserts = plans;
-          else await applyPlans(c, plans, nowMs);
-          [out, inc] = [plans[0]!.result, plans[1]!.result];
-        } else {
-          out = await storeCopyTx(c, outgoing, nowMs, replay, origin);
-          inc = await storeCopyTx(c, incoming, nowMs, replay, null);
-        }
-        // The new copies, the outbox rows, the delivery row and the state after it in one statement. When
-        // the upsert changes nothing (an older revision), the last SELECT reads the row as it was.
-        const q = new Params();
-        const insert = insertStatement(q, inserts);
-        const outbox = outboxCte(q, [
-          outboxRowFor(out, outgoing, [incoming.bytes, outgoing.bytes], input.outbox, nowMs),
-          outboxRowFor(inc, incoming, [incoming.bytes], input.outbox, nowMs),
-        ]);
-        const key = q.add(out.messageKey);
-        const d = copyChanged(out) ? input.delivery : null;
-        const upsert = d
-          ? `up AS (
-               INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-                 reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
-                 row_version, last_error, updated_at_ms)
-               VALUES (${key}, ${q.list(deliveryRowValues(outgoing, d))}, 1, NULL, ${q.add(nowMs)})
-               ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
-                 reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
-                 accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-                 lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
-                 row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
-               WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
-                     > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
-               RETURNING state)`
-          : `up AS (SELECT NULL::text AS state WHERE false)`;
-        const ctes = [insert && `ins AS (${insert})`, outbox, upsert].filter((x) => x !== null).join(', ');
-        const r = await c.query<{ state: DeliveryState }>(
-          prepared(
-            `WITH ${ctes}
-             SELECT state FROM up
-             UNION ALL
-             SELECT state FROM dm_delivery_state WHERE outgoing_key = ${key} AND NOT EXISTS (SELECT 1 FROM up)`,
-            q.values,
+    if (ownerOf(input.outgoing) === ownerOf(input.incoming)) {
+      return this.db.tx((c) => storeOneOwnerPairTx(c, input), ownerLocks([ownerOf(input.outgoing)]));
+    }
+    if (this.pending.length >= MAX_PENDING) return Promise.reject(new ShineError('OVERLOADED', 'write queue full'));
+    return new Promise<StorePairResult>((resolve, reject) => {
+      this.pending.push({ input, resolve, reject });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    while (this.pending.length > 0 && this.batchesInFlight < BATCHES_IN_FLIGHT) {
+      const owners = new Set<string>();
+      const batch: PairJob[] = [];
+      const later: PairJob[] = [];
+      for (const job of this.pending) {
+        const mine = ownersOf(job.input);
+        const fits =
+          batch.length < MAX_BATCH &&
+          !(job.alone && batch.length > 0) &&
+          !batch[0]?.alone &&
+          !mine.some((o) => owners.has(o) || this.busyOwners.has(o));
+        if (fits) {
+          batch.push(job);
+          for (const o of mine) owners.add(o);
+        } else later.push(job);
+      }
+      if (batch.length === 0) return;
+      this.pending = later;
+      void this.storeBatch(batch, [...owners]);
+    }
+  }
+
+  private async storeBatch(batch: PairJob[], owners: string[]): Promise<void> {
+    this.batchesInFlight++;
+    for (const o of owners) this.busyOwners.add(o);
+    let results: StorePairResult[] | null = null;
+    let failure: unknown = null;
+    try {
+      results = await this.db.tx(
+        (c) =>
+          storePairsTx(
+            c,
+            batch.map((j) => j.input),
           ),
-        );
-        return { incoming: inc, outgoing: out, deliveryState: r.rows[0]?.state ?? null };
-      },
-      ownerLocks([ownerOf(outgoing), ownerOf(incoming)]),
-    );
+        ownerLocks(owners),
+      );
+    } catch (err) {
+      failure = err;
+    }
+    this.batchesInFlight--;
+    for (const o of owners) this.busyOwners.delete(o);
+    if (results) batch.forEach((job, i) => job.resolve(results[i]!));
+    else if (batch.length === 1) batch[0]!.reject(failure);
+    else this.pending.unshift(...batch.map((job) => ({ ...job, alone: true })));
+    this.flush();
   }
 
   storeCopy(input: StoreCopyInput): Promise<CopyResult> {
@@ -112,8 +155,8 @@ export class PgMessageStore implements MessageStore {
       async (c) => {
         const r = await storeCopyTx(c, copy, input.nowMs, !input.silent, null);
         const q = new Params();
-        const outbox = outboxCte(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
-        if (outbox) await c.query(prepared(`WITH ${outbox} SELECT 1`, q.values));
+        const outbox = outboxInsert(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
+        await c.query(prepared(`WITH ob AS (${outbox}) SELECT 1`, q.values));
         return r;
       },
       ownerLocks([ownerOf(copy)]),
@@ -189,27 +232,27 @@ interface FactsRow {
 
 /**
  * The facts rules.planCopy needs for each copy, in one round trip. Only for copies of different owners:
- * storing one then cannot change the facts of another. Every lookup is a subquery on one row of a key, so
- * the plan a connection keeps for the statement (prepared) seeks an index whatever the tables' sizes were
- * when it was made: as a join, a plan made while signed_messages was small read the whole table each call.
+ * storing one then cannot change the facts of another. The copies come as arrays, so the statement's text
+ * is the same for any number of them, and every lookup is a subquery on one row of a key: the plan a
+ * connection keeps for it (prepared) seeks an index whatever the tables' sizes were when it was made. As a
+ * join, a plan made while signed_messages was small read the whole table on each call.
  */
 async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
-  const values: unknown[] = [];
-  const tuples = copies.map((copy, i) => {
-    const look = copyLookups(copy);
-    const n = values.length;
-    values.push(
-      look.owner,
-      look.peer,
-      look.baseKey,
-      look.messageKey,
-      look.conversationTombstone,
-      look.messageTombstone,
-      look.earliestReceipt,
-    );
-    const p = (k: number) => `$${n + k}`;
-    return `(${i}, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::boolean, ${p(6)}::boolean, ${p(7)}::boolean)`;
-  });
+  const looks = copies.map(copyLookups);
+  const q = new Params();
+  const v = unnest(
+    q,
+    ['text', 'text', 'text', 'text', 'boolean', 'boolean', 'boolean'],
+    looks.map((l) => [
+      l.owner,
+      l.peer,
+      l.baseKey,
+      l.messageKey,
+      l.conversationTombstone,
+      l.messageTombstone,
+      l.earliestReceipt,
+    ]),
+  );
   const r = await c.query<FactsRow>(
     prepared(
       `SELECT
@@ -223,9 +266,9 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
                                        AND message_type IN (3, 4)) END AS receipt,
          (SELECT ARRAY[e.revision_time_ms, e.reencrypted_at_ms, e.stored_at_ms] FROM signed_messages e
           WHERE e.message_key = v.message_key) AS existing
-       FROM (VALUES ${tuples.join(', ')}) AS v(i, owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q)
+       FROM ${v} WITH ORDINALITY AS v(owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q, i)
        ORDER BY v.i`,
-      values,
+      q.values,
     ),
   );
   return r.rows.map((f) => ({
@@ -240,6 +283,124 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
             storedAtMs: Number(f.existing[2]),
           },
     earliestReceiptReadAtMs: f.receipt,
+  }));
+}
+
+/** A pair's copies as stored (or refused), and the new rows still to write with its last statement. */
+interface PairDone {
+  input: StorePairInput;
+  out: CopyResult;
+  inc: CopyResult;
+  inserts: readonly CopyPlan[];
+}
+
+/** Stores pairs whose owners all differ (PgMessageStore.storePair), in the caller's transaction. */
+async function storePairsTx(c: Client, inputs: readonly StorePairInput[]): Promise<StorePairResult[]> {
+  const facts = await lookupFacts(
+    c,
+    inputs.flatMap((i) => [i.outgoing, i.incoming]),
+  );
+  const done: PairDone[] = [];
+  for (const [k, input] of inputs.entries()) {
+    const { outgoing, incoming, nowMs } = input;
+    const replay = !input.silent;
+    const plans = [
+      planCopy(outgoing, facts[2 * k]!, { nowMs, replay, originDevice: originOf(input) }),
+      planCopy(incoming, facts[2 * k + 1]!, { nowMs, replay, originDevice: null }),
+    ];
+    // New rows alone (a plain send) go with the last statement; updates and effects run first, in order.
+    const insertsOnly = plans.every((p) => p.write !== 'update' && !(p.write && p.effect));
+    if (!insertsOnly) await applyPlans(c, plans, nowMs);
+    done.push({ input, out: plans[0]!.result, inc: plans[1]!.result, inserts: insertsOnly ? plans : [] });
+  }
+  return finishPairs(c, done);
+}
+
+/** A pair whose two copies have one owner (a note to oneself): the second copy's facts follow the first. */
+async function storeOneOwnerPairTx(c: Client, input: StorePairInput): Promise<StorePairResult> {
+  const { outgoing, incoming, nowMs } = input;
+  const out = await storeCopyTx(c, outgoing, nowMs, !input.silent, originOf(input));
+  const inc = await storeCopyTx(c, incoming, nowMs, !input.silent, null);
+  const [result] = await finishPairs(c, [{ input, out, inc, inserts: [] }]);
+  return result!;
+}
+
+/** The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3). */
+const originOf = (input: StorePairInput): string | null =>
+  input.senderDevice?.login === input.outgoing.fromLogin ? input.senderDevice.deviceId : null;
+
+const DELIVERY_PG_TYPES = [
+  'text',
+  'text',
+  'text',
+  'text',
+  'bigint',
+  'bigint',
+  'text',
+  'int',
+  'bigint',
+  'bigint',
+  'bigint',
+  'text',
+  'bigint',
+];
+
+/**
+ * The pairs' new copies, outbox rows and delivery rows, and each delivery state after them, in one
+ * statement of one text. A delivery row is (re)started only for a copy this call inserted or updated, and
+ * only where it is older than the pair's revision; a pair's state is then read as the row is.
+ */
+async function finishPairs(c: Client, done: readonly PairDone[]): Promise<StorePairResult[]> {
+  const q = new Params();
+  const insert = insertStatement(
+    q,
+    done.flatMap((d) => d.inserts),
+  );
+  const outbox = outboxInsert(
+    q,
+    done.flatMap(({ input, out, inc }) => [
+      outboxRowFor(out, input.outgoing, [input.incoming.bytes, input.outgoing.bytes], input.outbox, input.nowMs),
+      outboxRowFor(inc, input.incoming, [input.incoming.bytes], input.outbox, input.nowMs),
+    ]),
+  );
+  const deliveries = unnest(
+    q,
+    DELIVERY_PG_TYPES,
+    done.flatMap(({ input, out }) => {
+      const d = copyChanged(out) ? input.delivery : null;
+      return d ? [[out.messageKey, ...deliveryRowValues(input.outgoing, d), input.nowMs]] : [];
+    }),
+  );
+  const keys = q.add(done.map((d) => d.out.messageKey));
+  const r = await c.query<{ outgoing_key: string; state: DeliveryState }>(
+    prepared(
+      `WITH ins AS (${insert}), ob AS (${outbox}),
+       up AS (
+         INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+           reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
+           row_version, last_error, updated_at_ms)
+         SELECT k, b, s, r, rev, re, st, att, acc, nxt, lease, rj, 1, NULL, upd
+         FROM ${deliveries} AS u(k, b, s, r, rev, re, st, att, acc, nxt, lease, rj, upd)
+         ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+           reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
+           accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+           lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
+           row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
+         WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+               > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
+         RETURNING outgoing_key, state)
+       SELECT outgoing_key, state FROM up
+       UNION ALL
+       SELECT outgoing_key, state FROM dm_delivery_state
+       WHERE outgoing_key = ANY(${keys}::text[]) AND outgoing_key NOT IN (SELECT outgoing_key FROM up)`,
+      q.values,
+    ),
+  );
+  const states = new Map(r.rows.map((row) => [row.outgoing_key, row.state]));
+  return done.map(({ out, inc }) => ({
+    incoming: inc,
+    outgoing: out,
+    deliveryState: states.get(out.messageKey) ?? null,
   }));
 }
 
@@ -262,9 +423,10 @@ async function storeCopyTx(
  * updates, then the effects on other rows of each owner.
  */
 async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number): Promise<void> {
-  const q = new Params();
-  const insert = insertStatement(q, plans);
-  if (insert) await c.query(prepared(insert, q.values));
+  if (plans.some((p) => p.write === 'insert')) {
+    const q = new Params();
+    await c.query(prepared(insertStatement(q, plans), q.values));
+  }
   for (const plan of plans) {
     if (plan.write !== 'update') continue;
     const row = plan.row;
@@ -290,35 +452,54 @@ async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number):
   for (const plan of plans) if (plan.write !== null && plan.effect) await applyEffect(c, plan.effect, nowMs);
 }
 
-/** The INSERT of the plans' new rows, its values added to q; null when no plan inserts. */
-function insertStatement(q: Params, plans: readonly CopyPlan[]): string | null {
+const COPY_PG_TYPES = [
+  'text',
+  'text',
+  'text',
+  'text',
+  'int',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'text',
+  'boolean',
+  'text',
+  'bytea',
+];
+
+/** The INSERT of the plans' new rows (none when no plan inserts), its values added to q as arrays. */
+function insertStatement(q: Params, plans: readonly CopyPlan[]): string {
   const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
-  if (rows.length === 0) return null;
-  const tuples = rows.map(
-    (row) =>
-      `(${q.list([
-        row.messageKey,
-        row.baseKey,
-        row.owner,
-        row.peer,
-        row.messageType,
-        row.timeMs,
-        row.nonce,
-        row.revisionTimeMs,
-        row.reencryptedAtMs,
-        row.nowMs,
-        row.nowMs,
-        row.readAtMs,
-        row.targetBaseKey,
-        row.replay,
-        row.originDevice,
-        bufferOf(row.blob),
-      ])})`,
+  const values = unnest(
+    q,
+    COPY_PG_TYPES,
+    rows.map((row) => [
+      row.messageKey,
+      row.baseKey,
+      row.owner,
+      row.peer,
+      row.messageType,
+      row.timeMs,
+      row.nonce,
+      row.revisionTimeMs,
+      row.reencryptedAtMs,
+      row.nowMs,
+      row.nowMs,
+      row.readAtMs,
+      row.targetBaseKey,
+      row.replay,
+      row.originDevice,
+      row.blob,
+    ]),
   );
   return `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
       revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
       origin_device, blob)
-    VALUES ${tuples.join(', ')}`;
+    SELECT * FROM ${values}`;
 }
 
 const bufferOf = (b: Uint8Array): Buffer => Buffer.from(b.buffer, b.byteOffset, b.byteLength);
@@ -368,24 +549,19 @@ class Params {
     this.values.push(value);
     return `$${this.values.length}`;
   }
-
-  list(values: readonly unknown[]): string {
-    return values.map((v) => this.add(v)).join(', ');
-  }
 }
 
 /**
- * The outbox rows of one store call as a CTE (`ob AS (INSERT …)`) to run with the call's last statement,
- * or null when there are none. Their keys differ (one row per copy), so one upsert takes them all.
+ * `unnest(…)` of rows given as arrays of columns of the given types, its values added to q: a statement of
+ * one text for any number of rows, so each connection prepares it once (db.ts, prepared).
  */
-function outboxCte(q: Params, rows: (OutboxRow | null)[]): string | null {
-  const present = rows.filter((r): r is OutboxRow => r !== null);
-  if (present.length === 0) return null;
-  const tuples = present.map(
-    (r) =>
-      `(${outboxValues(r)
-        .map((v, i) => `${q.add(v instanceof Uint8Array ? bufferOf(v) : v)}::${OUTBOX_PG_TYPES[i]}`)
-        .join(', ')})`,
-  );
-  return `ob AS (INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) VALUES ${tuples.join(', ')} ${OUTBOX_ON_CONFLICT})`;
+function unnest(q: Params, types: readonly string[], rows: readonly (readonly unknown[])[]): string {
+  const columns = types.map((type, i) => `${q.add(rows.map((row) => row[i]))}::${type}[]`);
+  return `unnest(${columns.join(', ')})`;
+}
+
+/** The upsert of a store call's outbox rows (the nulls are none); their keys differ, one row per copy. */
+function outboxInsert(q: Params, rows: readonly (OutboxRow | null)[]): string {
+  const values = unnest(q, OUTBOX_PG_TYPES, rows.filter((r): r is OutboxRow => r !== null).map(outboxValues));
+  return `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) SELECT * FROM ${values} ${OUTBOX_ON_CONFLICT}`;
 }
