@@ -50,6 +50,14 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
     // PostgreSQL's backends for the servers' pools: those open before the clock starts are read then, those
     // the pools open during the run are read from zero at its end.
     const dbCpu0 = new Map<number, number>();
+    // A backend the pool closed meanwhile (idle) is gone from /proc: it counts nothing.
+    const backendCpuMs = (pid: number): number => {
+      try {
+        return procCpuMs(pid);
+      } catch {
+        return dbCpu0.get(pid) ?? 0;
+      }
+    };
     const before = kind === 'postgres' ? await backendPids(db.url) : [];
     const r = await runSendLoad({
       wsUrls: servers.map((s) => s.wsUrl),
@@ -58,11 +66,11 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
       window: WINDOW,
       onStart: () => {
         cpu0 = cpu();
-        for (const pid of before) dbCpu0.set(pid, procCpuMs(pid));
+        for (const pid of before) dbCpu0.set(pid, backendCpuMs(pid));
       },
     });
     const after = kind === 'postgres' ? await backendPids(db.url) : [];
-    const dbCpuMs = after.reduce((sum, pid) => sum + procCpuMs(pid) - (dbCpu0.get(pid) ?? 0), 0);
+    const dbCpuMs = after.reduce((sum, pid) => sum + backendCpuMs(pid) - (dbCpu0.get(pid) ?? 0), 0);
     const percent = (ms: number): number => Math.round((ms / (r.seconds * 1000)) * 100);
     return {
       processes,

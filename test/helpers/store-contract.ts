@@ -1084,6 +1084,13 @@ export function storeContract(factory: StoreFactory): void {
         (await store.push.subscriptionsOf('bob')).map((s) => s.endpoint),
         ['https://p/3', 'https://b/2'],
       );
+      // Asked for in one turn (PostgreSQL reads them in one statement): each caller gets its owner's own.
+      const asked = await Promise.all(['bob', 'carol', 'alice', 'bob'].map((o) => store.push.subscriptionsOf(o)));
+      assert.deepEqual(
+        asked.map((list) => list.map((x) => `${x.ownerLogin} ${x.endpoint}`)),
+        [['bob https://p/3', 'bob https://b/2'], [], ['alice https://p/1'], ['bob https://p/3', 'bob https://b/2']],
+      );
+      assert.notEqual(asked[0], asked[3]);
       await store.push.recordPushResult('https://p/1', T0 + 6, '410');
       await store.push.recordPushResult('https://p/1', T0 + 7, 'timeout');
       let s = (await store.push.getSubscription('https://p/1'))!;

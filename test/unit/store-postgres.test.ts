@@ -336,6 +336,22 @@ describe('PostgreSQL: pairs stored in batches', () => {
     assert.equal(c.deliveryState, 'accepted');
   });
 
+  it('the push subscriptions of the owners asked for in one turn are read in one statement', async () => {
+    const texts: string[] = [];
+    const query = store.db.query.bind(store.db);
+    store.db.query = ((text: string | pg.QueryConfig, values?: unknown[]) => {
+      texts.push(typeof text === 'string' ? text : text.text);
+      return query(text, values);
+    }) as typeof store.db.query;
+    try {
+      const lists = await Promise.all(['sub-a', 'sub-b', 'sub-c', 'sub-a'].map((o) => store.push.subscriptionsOf(o)));
+      assert.deepEqual(lists, [[], [], [], []]);
+    } finally {
+      store.db.query = query;
+    }
+    assert.equal(texts.filter((t) => t.includes('FROM push_subscriptions')).length, 1);
+  });
+
   it('a pair that fails fails alone: the others of its batch are stored, it stores nothing', async () => {
     const specs: PairSpec[] = Array.from({ length: 8 }, (_, i) => ({
       from: `batch-f-a${i}`,
