@@ -284,14 +284,12 @@ describe('PostgreSQL: pairs stored in batches', () => {
   const local = (...logins: string[]) => ({
     outbox: { owners: new Map(logins.map((l) => [l, false])) },
   });
+  /** n pairs, each between two owners of its own. */
+  const ownPairs = (n: number, prefix: string): PairSpec[] =>
+    Array.from({ length: n }, (_, i) => ({ from: `${prefix}a${i}`, to: `${prefix}b${i}`, timeMs: T0 + i, nonce: i }));
 
   it('pairs of many owners asked for in one turn share a few transactions, each stored as alone', async () => {
-    const specs: PairSpec[] = Array.from({ length: 60 }, (_, i) => ({
-      from: `batch-a${i}`,
-      to: `batch-b${i}`,
-      timeMs: T0 + i,
-      nonce: i,
-    }));
+    const specs = ownPairs(60, 'batch-');
     const commits = store.db.stats.commits;
     const results = await Promise.all(
       specs.map((spec, i) =>
@@ -353,12 +351,7 @@ describe('PostgreSQL: pairs stored in batches', () => {
   });
 
   it('a pair that fails fails alone: the others of its batch are stored, it stores nothing', async () => {
-    const specs: PairSpec[] = Array.from({ length: 8 }, (_, i) => ({
-      from: `batch-f-a${i}`,
-      to: `batch-f-b${i}`,
-      timeMs: T0 + i,
-      nonce: i,
-    }));
+    const specs = ownPairs(8, 'batch-f-');
     const commits = store.db.stats.commits;
     const settled = await Promise.allSettled(
       specs.map((spec, i) =>

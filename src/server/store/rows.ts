@@ -6,6 +6,7 @@ import type { Container } from '../../protocol/container.js';
 import { baseKeyOf } from '../../protocol/container.js';
 import type { DeliveryReceipt } from '../../protocol/receipt.js';
 import { pickReceipt } from '../../protocol/receipt.js';
+import type { CopyRow } from './rules.js';
 import type { ChainBlockRow, ChainHead, DeliveryRow, StoredCopy, StorePairInput } from './types.js';
 
 /** A signed_messages row as both dialects read it (integers as numbers, the blob as bytes). */
@@ -145,6 +146,50 @@ export function toHistoryPage(
   });
   return { items, hasMore: rows.length > limit };
 }
+
+/** The columns of a new signed_messages row, in copyRowValues' order (both dialects' INSERT). */
+export const COPY_COLUMNS = `message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
+  revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
+  origin_device, blob`;
+
+/** A new copy's values in COPY_COLUMNS order (replay as a boolean; SQLite callers turn it into 0/1). */
+export function copyRowValues(row: CopyRow): [...(string | number | boolean | null)[], Uint8Array] {
+  return [
+    row.messageKey,
+    row.baseKey,
+    row.owner,
+    row.peer,
+    row.messageType,
+    row.timeMs,
+    row.nonce,
+    row.revisionTimeMs,
+    row.reencryptedAtMs,
+    row.nowMs,
+    row.nowMs,
+    row.readAtMs,
+    row.targetBaseKey,
+    row.replay,
+    row.originDevice,
+    row.blob,
+  ];
+}
+
+/** The columns of a new dm_delivery_state row: the outgoing key, deliveryRowValues, then the last three. */
+export const DELIVERY_COLUMNS = `outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
+  reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
+  row_version, last_error, updated_at_ms`;
+
+/**
+ * How both dialects (re)start a delivery row on a conflict: only for a newer revision of the pair, and
+ * then as a new row (its version counted on).
+ */
+export const DELIVERY_ON_CONFLICT = `ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
+  reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
+  accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
+  lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
+  row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
+  WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
+        > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`;
 
 /**
  * The values of a new delivery row for an outgoing copy, in column order from base_key to

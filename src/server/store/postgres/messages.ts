@@ -9,7 +9,16 @@ import { ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
 import type { HistoryDbRow, MessageDbRow } from '../rows.js';
-import { deliveryRowValues, HISTORY_PROOF, toHistoryPage, toStoredCopy } from '../rows.js';
+import {
+  COPY_COLUMNS,
+  copyRowValues,
+  DELIVERY_COLUMNS,
+  DELIVERY_ON_CONFLICT,
+  deliveryRowValues,
+  HISTORY_PROOF,
+  toHistoryPage,
+  toStoredCopy,
+} from '../rows.js';
 import type { CopyEffect, CopyFacts, CopyPlan } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -376,18 +385,10 @@ async function finishPairs(c: Client, done: readonly PairDone[]): Promise<StoreP
     prepared(
       `WITH ins AS (${insert}), ob AS (${outbox}),
        up AS (
-         INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-           reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
-           row_version, last_error, updated_at_ms)
+         INSERT INTO dm_delivery_state (${DELIVERY_COLUMNS})
          SELECT k, b, s, r, rev, re, st, att, acc, nxt, lease, rj, 1, NULL, upd
          FROM ${deliveries} AS u(k, b, s, r, rev, re, st, att, acc, nxt, lease, rj, upd)
-         ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
-           reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
-           accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-           lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
-           row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
-         WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
-               > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)
+         ${DELIVERY_ON_CONFLICT}
          RETURNING outgoing_key, state)
        SELECT outgoing_key, state FROM up
        UNION ALL
@@ -474,31 +475,8 @@ const COPY_PG_TYPES = [
 /** The INSERT of the plans' new rows (none when no plan inserts), its values added to q as arrays. */
 function insertStatement(q: Params, plans: readonly CopyPlan[]): string {
   const rows = plans.flatMap((p) => (p.write === 'insert' ? [p.row] : []));
-  const values = unnest(
-    q,
-    COPY_PG_TYPES,
-    rows.map((row) => [
-      row.messageKey,
-      row.baseKey,
-      row.owner,
-      row.peer,
-      row.messageType,
-      row.timeMs,
-      row.nonce,
-      row.revisionTimeMs,
-      row.reencryptedAtMs,
-      row.nowMs,
-      row.nowMs,
-      row.readAtMs,
-      row.targetBaseKey,
-      row.replay,
-      row.originDevice,
-      row.blob,
-    ]),
-  );
-  return `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
-      revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
-      origin_device, blob)
+  const values = unnest(q, COPY_PG_TYPES, rows.map(copyRowValues));
+  return `INSERT INTO signed_messages (${COPY_COLUMNS})
     SELECT * FROM ${values}`;
 }
 

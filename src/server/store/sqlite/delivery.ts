@@ -2,7 +2,7 @@
 import type { Container } from '../../../protocol/container.js';
 import type { DeliveryState } from '../../../protocol/ops.js';
 import type { DeliveryDbRow } from '../rows.js';
-import { deliveryRowValues, proofJson, toDeliveryRow } from '../rows.js';
+import { DELIVERY_COLUMNS, DELIVERY_ON_CONFLICT, deliveryRowValues, proofJson, toDeliveryRow } from '../rows.js';
 import type { DeliveryReceipt } from '../../../protocol/receipt.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate, StorePairInput } from '../types.js';
 import type { SqliteDb } from './db.js';
@@ -21,17 +21,8 @@ export function startDeliveryTx(
   nowMs: number,
 ): void {
   db.sql(
-    `INSERT INTO dm_delivery_state (outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
-       reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json, row_version,
-       last_error, updated_at_ms)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
-     ON CONFLICT (outgoing_key) DO UPDATE SET revision_time_ms = excluded.revision_time_ms,
-       reencrypted_at_ms = excluded.reencrypted_at_ms, state = excluded.state, attempt = excluded.attempt,
-       accepted_at_ms = excluded.accepted_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms,
-       lease_until_ms = excluded.lease_until_ms, receipt_json = excluded.receipt_json,
-       row_version = dm_delivery_state.row_version + 1, last_error = NULL, updated_at_ms = excluded.updated_at_ms
-     WHERE (excluded.revision_time_ms, excluded.reencrypted_at_ms)
-           > (dm_delivery_state.revision_time_ms, dm_delivery_state.reencrypted_at_ms)`,
+    `INSERT INTO dm_delivery_state (${DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, ?)
+     ${DELIVERY_ON_CONFLICT}`,
   ).run(outgoingKey, ...deliveryRowValues(outgoing, d), nowMs);
 }
 

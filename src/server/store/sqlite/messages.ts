@@ -5,7 +5,7 @@
 import type { Container } from '../../../protocol/container.js';
 import type { HistoryItem } from '../../../protocol/ops.js';
 import type { HistoryDbRow, MessageDbRow } from '../rows.js';
-import { HISTORY_PROOF, toHistoryPage, toStoredCopy } from '../rows.js';
+import { COPY_COLUMNS, copyRowValues, HISTORY_PROOF, toHistoryPage, toStoredCopy } from '../rows.js';
 import type { CopyEffect, StoredRevision } from '../rules.js';
 import { copyChanged, copyLookups, outboxRowFor, planCopy } from '../rules.js';
 import type {
@@ -114,28 +114,12 @@ export class SqliteMessageStore extends SqliteArea implements MessageStore {
         row.messageKey,
       );
     } else {
+      const values = copyRowValues(row);
+      values[13] = row.replay ? 1 : 0;
+      values[15] = blob;
       this.sql(
-        `INSERT INTO signed_messages (message_key, base_key, owner_login, peer_login, message_type, time_ms, nonce,
-           revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay, origin_device, blob)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(
-        row.messageKey,
-        row.baseKey,
-        row.owner,
-        row.peer,
-        row.messageType,
-        row.timeMs,
-        row.nonce,
-        row.revisionTimeMs,
-        row.reencryptedAtMs,
-        row.nowMs,
-        row.nowMs,
-        row.readAtMs,
-        row.targetBaseKey,
-        row.replay ? 1 : 0,
-        row.originDevice,
-        blob,
-      );
+        `INSERT INTO signed_messages (${COPY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(...values);
     }
     if (plan.effect) this.applyEffect(plan.effect, nowMs);
     return plan.result;
