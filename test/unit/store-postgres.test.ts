@@ -334,6 +334,25 @@ describe('PostgreSQL: pairs stored in batches', () => {
     assert.equal(c.deliveryState, 'accepted');
   });
 
+  it('a batch the database cannot serve fails all its pairs with 503 OVERLOADED, none tried again alone', async () => {
+    const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 2 });
+    let transactions = 0;
+    const tx = gone.db.tx.bind(gone.db);
+    gone.db.tx = ((fn, begin) => {
+      transactions++;
+      return tx(fn, begin);
+    }) as typeof gone.db.tx;
+    const settled = await Promise.allSettled(
+      ownPairs(4, 'batch-gone-').map((spec) => putPair(gone, spec, local(spec.from, spec.to))),
+    );
+    await gone.close();
+    assert.deepEqual(
+      settled.map((r) => r.status === 'rejected' && (r.reason as { code?: string }).code),
+      ['OVERLOADED', 'OVERLOADED', 'OVERLOADED', 'OVERLOADED'],
+    );
+    assert.equal(transactions, 1);
+  });
+
   it('the push subscriptions of the owners asked for in one turn are read in one statement', async () => {
     const texts: string[] = [];
     const query = store.db.query.bind(store.db);

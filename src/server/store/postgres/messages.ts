@@ -92,8 +92,8 @@ export class PgMessageStore implements MessageStore {
    * At most two batches are in flight; pairs asked for meanwhile wait and form the next ones (at most
    * MAX_PENDING, then 503 OVERLOADED). A batch holds no owner twice and none of a batch in flight, so one
    * pair cannot change another's facts and no batch waits on another's lock in this process. If a batch
-   * fails, each of its pairs is stored again on its own, so only a pair that fails alone answers with
-   * its error.
+   * fails (other than with 503 OVERLOADED, which fails all), each of its pairs is stored again on its
+   * own, so only a pair that fails alone answers with its error.
    */
   storePair(input: StorePairInput): Promise<StorePairResult> {
     if (ownerOf(input.outgoing) === ownerOf(input.incoming)) {
@@ -153,7 +153,10 @@ export class PgMessageStore implements MessageStore {
     this.batchesInFlight--;
     for (const o of owners) this.busyOwners.delete(o);
     if (results) batch.forEach((job, i) => job.resolve(results[i]!));
-    else if (batch.length === 1) batch[0]!.reject(failure);
+    // A database that cannot serve fails them all, as it would alone; and a connection lost in COMMIT may
+    // have committed, which the callers' retries find (docs/protocol.md decision 26), not this store's.
+    else if (batch.length === 1 || (failure instanceof ShineError && failure.code === 'OVERLOADED'))
+      for (const job of batch) job.reject(failure);
     else this.pending.unshift(...batch.map((job) => ({ ...job, alone: true })));
     this.flush();
   }
