@@ -152,6 +152,26 @@ export const COPY_COLUMNS = `message_key, base_key, owner_login, peer_login, mes
   revision_time_ms, reencrypted_at_ms, created_at_ms, stored_at_ms, read_at_ms, target_base_key, replay,
   origin_device, blob`;
 
+/** PostgreSQL's types of COPY_COLUMNS, for the arrays a batch's rows go in. */
+export const COPY_PG_TYPES = [
+  'text',
+  'text',
+  'text',
+  'text',
+  'int',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'bigint',
+  'text',
+  'boolean',
+  'text',
+  'bytea',
+];
+
 /** A new copy's values in COPY_COLUMNS order (replay as a boolean; SQLite callers turn it into 0/1). */
 export function copyRowValues(row: CopyRow): [...(string | number | boolean | null)[], Uint8Array] {
   return [
@@ -178,6 +198,23 @@ export function copyRowValues(row: CopyRow): [...(string | number | boolean | nu
 export const DELIVERY_COLUMNS = `outgoing_key, base_key, sender_login, recipient_login, revision_time_ms,
   reencrypted_at_ms, state, attempt, accepted_at_ms, next_attempt_at_ms, lease_until_ms, receipt_json,
   row_version, last_error, updated_at_ms`;
+
+/** PostgreSQL's types of DELIVERY_COLUMNS without row_version and last_error (written as 1 and NULL). */
+export const DELIVERY_PG_TYPES = [
+  'text',
+  'text',
+  'text',
+  'text',
+  'bigint',
+  'bigint',
+  'text',
+  'int',
+  'bigint',
+  'bigint',
+  'bigint',
+  'text',
+  'bigint',
+];
 
 /**
  * How both dialects (re)start a delivery row on a conflict: only for a newer revision of the pair, and

@@ -11,9 +11,11 @@ import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } fro
 import type { HistoryDbRow, MessageDbRow } from '../rows.js';
 import {
   COPY_COLUMNS,
+  COPY_PG_TYPES,
   copyRowValues,
   DELIVERY_COLUMNS,
   DELIVERY_ON_CONFLICT,
+  DELIVERY_PG_TYPES,
   deliveryRowValues,
   HISTORY_PROOF,
   toHistoryPage,
@@ -341,22 +343,6 @@ async function storeOneOwnerPairTx(c: Client, input: StorePairInput): Promise<St
 const originOf = (input: StorePairInput): string | null =>
   input.senderDevice?.login === input.outgoing.fromLogin ? input.senderDevice.deviceId : null;
 
-const DELIVERY_PG_TYPES = [
-  'text',
-  'text',
-  'text',
-  'text',
-  'bigint',
-  'bigint',
-  'text',
-  'int',
-  'bigint',
-  'bigint',
-  'bigint',
-  'text',
-  'bigint',
-];
-
 /**
  * The pairs' new copies, outbox rows and delivery rows, and each delivery state after them, in one
  * statement of one text. A delivery row is (re)started only for a copy this call inserted or updated, and
@@ -455,25 +441,6 @@ async function applyPlans(c: Client, plans: readonly CopyPlan[], nowMs: number):
   }
   for (const plan of plans) if (plan.write !== null && plan.effect) await applyEffect(c, plan.effect, nowMs);
 }
-
-const COPY_PG_TYPES = [
-  'text',
-  'text',
-  'text',
-  'text',
-  'int',
-  'bigint',
-  'bigint',
-  'bigint',
-  'bigint',
-  'bigint',
-  'bigint',
-  'bigint',
-  'text',
-  'boolean',
-  'text',
-  'bytea',
-];
 
 /** The INSERT of the plans' new rows (none when no plan inserts), its values added to q as arrays. */
 function insertStatement(q: Params, plans: readonly CopyPlan[]): string {
