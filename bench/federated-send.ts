@@ -4,10 +4,11 @@
  * latency at a fixed rate, both servers' CPU, peak RSS and read/write syscalls per pair (throughput phase),
  * and the disk's floor under that latency (bench/lib/fsync-floor.ts: one fdatasync's p50/p99, measured first). The per-connection rate limit is lifted on
  * both servers, so no 429 is measured. Durability: SQLite WAL + synchronous=FULL on both servers
- * (BENCH_SYNC=normal for NORMAL).
+ * (BENCH_SYNC=normal for NORMAL). BENCH_DB=postgres runs both on PostgreSQL instead, each server on a fresh
+ * database of its own with synchronous_commit on (printed).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_RATE (200),
- * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
+ * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_DB (sqlite | postgres; sqlite), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
  * stalls of A, B, this process and an idle witness process the pairs at or above the p99 overlapped,
  * bench/lib/tail.ts; and `stallFloor`: an idle process's stalls in 10 s before the servers start).
  */
@@ -27,6 +28,7 @@ const r = await runFederatedSend({
   rate: Number(process.env.BENCH_RATE ?? 200),
   seconds: Number(process.env.BENCH_SECONDS ?? 10),
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
+  db: process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite',
   tail: process.env.BENCH_TAIL === '1',
 });
 console.log(
@@ -35,6 +37,7 @@ console.log(
     date: new Date().toISOString(),
     machine: machine(),
     durability: r.durability,
+    db: r.db,
     sqliteWriter: r.sqliteWriter,
     setup:
       'A and B are separate `shine serve` processes on loopback, s2sAuth required, per-connection rate limit lifted; client, A and B share the cores',

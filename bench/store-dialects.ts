@@ -13,14 +13,14 @@
  * client, 2), BENCH_KINDS (which runs, of sqlite,postgres,postgres2; all three), SHINE_TEST_PG_URL /
  * SHINE_TEST_REDIS_URL (the machine's defaults).
  */
-import { machine } from './lib/machine.js';
+import { machine, postgresDurability } from './lib/machine.js';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import type { ServerProcess } from '../test/helpers/server-process.js';
-import { procCpuMs, startServerProcess } from '../test/helpers/server-process.js';
+import { startServerProcess } from '../test/helpers/server-process.js';
+import { backendCpuMeter } from './lib/pg-cpu.js';
 import { freshRedisPrefix, freshTestDb, testRedisUrl } from '../test/helpers/test-db.js';
 import { UNLIMITED_RATE, runSendLoad } from './lib/send-load.js';
 
@@ -47,18 +47,7 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
     for (let i = 0; i < processes; i++) servers.push(await startServerProcess({ env }));
     let cpu0 = 0;
     const cpu = (): number => servers.reduce((sum, s) => sum + s.cpuMs(), 0);
-    // PostgreSQL's backends for the servers' pools: those open before the clock starts are read then, those
-    // the pools open during the run are read from zero at its end.
-    const dbCpu0 = new Map<number, number>();
-    // A backend the pool closed meanwhile (idle) is gone from /proc: it counts nothing.
-    const backendCpuMs = (pid: number): number => {
-      try {
-        return procCpuMs(pid);
-      } catch {
-        return dbCpu0.get(pid) ?? 0;
-      }
-    };
-    const before = kind === 'postgres' ? await backendPids(db.url) : [];
+    const dbCpu = await backendCpuMeter(kind === 'postgres' ? [db.url] : []);
     const r = await runSendLoad({
       wsUrls: servers.map((s) => s.wsUrl),
       clients: CLIENTS,
@@ -66,48 +55,21 @@ async function run(kind: 'sqlite' | 'postgres', processes: number): Promise<Reco
       window: WINDOW,
       onStart: () => {
         cpu0 = cpu();
-        for (const pid of before) dbCpu0.set(pid, backendCpuMs(pid));
+        dbCpu.mark();
       },
     });
-    const after = kind === 'postgres' ? await backendPids(db.url) : [];
-    const dbCpuMs = after.reduce((sum, pid) => sum + backendCpuMs(pid) - (dbCpu0.get(pid) ?? 0), 0);
+    const dbCpuMs = await dbCpu.msSinceMark();
     const percent = (ms: number): number => Math.round((ms / (r.seconds * 1000)) * 100);
     return {
       processes,
       durability: kind === 'sqlite' ? 'WAL+synchronous=FULL' : await postgresDurability(db.url),
       ...r,
       serverCpuPercent: percent(cpu() - cpu0),
-      ...(kind === 'postgres' ? { databaseCpuPercent: percent(dbCpuMs), databaseBackends: after.length } : {}),
+      ...(kind === 'postgres' ? { databaseCpuPercent: percent(dbCpuMs), databaseBackends: dbCpu.backends } : {}),
     };
   } finally {
     await Promise.all(servers.map((s) => s.close()));
     await db.drop();
-  }
-}
-
-/** The PostgreSQL backends connected to the bench's database now (this machine's /proc shows their CPU). */
-async function backendPids(url: string): Promise<number[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    const r = await client.query<{ pid: number }>(
-      'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
-    );
-    return r.rows.map((row) => row.pid);
-  } finally {
-    await client.end();
-  }
-}
-
-async function postgresDurability(url: string): Promise<string> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    const sc = (await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit')).rows[0]!;
-    const fs = (await client.query<{ fsync: string }>('SHOW fsync')).rows[0]!;
-    return `synchronous_commit=${sc.synchronous_commit},fsync=${fs.fsync}`;
-  } finally {
-    await client.end();
   }
 }
 

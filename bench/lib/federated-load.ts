@@ -12,14 +12,16 @@
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, ShineClient } from '../../src/client/index.js';
 import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
-import { sqliteWriter } from './machine.js';
+import { freshTestDb } from '../../test/helpers/test-db.js';
+import { postgresDurability, sqliteWriter } from './machine.js';
+import { backendCpuMeter } from './pg-cpu.js';
 import { ascending, pct } from './percentile.js';
 import { UNLIMITED_RATE } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
@@ -35,14 +37,17 @@ export interface FederatedSendOptions {
   rate: number;
   seconds: number;
   sync: 'full' | 'normal';
+  /** Each server's database: a SQLite file (default), or a fresh PostgreSQL database of its own. */
+  db?: 'sqlite' | 'postgres';
   /** Record every process's GC pauses and event-loop stalls and say which the slowest pairs overlapped (bench/lib/tail.ts). */
   tail?: boolean;
 }
 
 export interface FederatedSendResult {
   durability: string;
-  /** SHINE_SQLITE_WRITER of both servers. */
-  sqliteWriter: 'thread' | 'inline';
+  db: 'sqlite' | 'postgres';
+  /** SHINE_SQLITE_WRITER of both servers (SQLite only). */
+  sqliteWriter: 'thread' | 'inline' | null;
   throughput: {
     pairs: number;
     clients: number;
@@ -54,6 +59,8 @@ export interface FederatedSendResult {
     sendToDeliveredMsP99: number;
     errors: Record<string, number>;
     cpuPercentOfOneCore: { A: number; B: number };
+    /** On PostgreSQL: both databases' backends, percent of one core (bench/lib/pg-cpu.ts). */
+    databaseCpuPercentOfOneCore?: number;
     /** Database commits per pair on each server, and writes grouped into each commit. */
     commitsPerPair: { A: number; B: number };
     writesPerCommit: { A: number; B: number };
@@ -263,10 +270,22 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
   writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
   const tail = opts.tail ? startTailRecording() : null;
-  const servers = await startFederatedProcesses([{ serverLogin: 'alpha' }, { serverLogin: 'beta' }], {
-    SHINE_SQLITE_SYNC: opts.sync,
-    SHINE_CONFIG_FILE: configFile,
-    ...tail?.serverEnv,
+  const kind = opts.db ?? 'sqlite';
+  // On PostgreSQL each server gets a database of its own that waits for the WAL flush at each commit.
+  const dbs =
+    kind === 'postgres'
+      ? await Promise.all([0, 1].map(() => freshTestDb(dirname(configFile), 'postgres', { durable: true })))
+      : [];
+  const dbEnv = (i: number): Record<string, string> => (dbs[i] ? { SHINE_DB: dbs[i].url } : {});
+  const servers = await startFederatedProcesses(
+    [
+      { serverLogin: 'alpha', env: dbEnv(0) },
+      { serverLogin: 'beta', env: dbEnv(1) },
+    ],
+    { SHINE_SQLITE_SYNC: opts.sync, SHINE_CONFIG_FILE: configFile, ...tail?.serverEnv },
+  ).catch(async (err: unknown) => {
+    await Promise.all(dbs.map((d) => d.drop()));
+    throw err;
   });
   const [a, b] = servers as [ServerProcess, ServerProcess];
   const clients: ShineClient[] = [];
@@ -301,6 +320,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     let cpu0 = servers.map((s) => s.cpuMs());
     const sys0 = servers.map((s) => syscallCounts(s.pid));
     const commits0 = await Promise.all(servers.map(serverStats));
+    const dbCpu = await backendCpuMeter(dbs.map((d) => d.url));
+    dbCpu.mark();
     let t0 = performance.now();
     await Promise.all(
       clients.map(async (c, i) => {
@@ -335,6 +356,9 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsP99: pct(tracker.latenciesMs(), 0.99),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+      ...(kind === 'postgres'
+        ? { databaseCpuPercentOfOneCore: Math.round(((await dbCpu.msSinceMark()) / doneMs) * 100) }
+        : {}),
       commitsPerPair: { A: round2(ca.commits / (CLIENTS * PAIRS)), B: round2(cb.commits / (CLIENTS * PAIRS)) },
       writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
       syscallsPerPair: syscalls,
@@ -382,10 +406,13 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
 
     return {
       durability:
-        opts.sync === 'full'
-          ? 'SQLite WAL + synchronous=FULL (both servers)'
-          : 'SQLite WAL + synchronous=NORMAL (both servers)',
-      sqliteWriter: sqliteWriter(),
+        kind === 'postgres'
+          ? `PostgreSQL ${await postgresDurability(dbs[0]!.url)} (both servers)`
+          : opts.sync === 'full'
+            ? 'SQLite WAL + synchronous=FULL (both servers)'
+            : 'SQLite WAL + synchronous=NORMAL (both servers)',
+      db: kind,
+      sqliteWriter: kind === 'sqlite' ? sqliteWriter() : null,
       throughput,
       fixedRate,
       peakRssMiB: { A: Math.round(a.peakRssKiB() / 1024), B: Math.round(b.peakRssKiB() / 1024) },
@@ -393,6 +420,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   } finally {
     await Promise.all(clients.map((c) => c.close()));
     await Promise.all(servers.map((s) => s.close()));
+    await Promise.all(dbs.map((d) => d.drop()));
     tail?.stop();
   }
 }

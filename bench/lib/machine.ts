@@ -1,5 +1,6 @@
 /** The machine a bench ran on, as every bench's JSON line states it. */
 import os from 'node:os';
+import pg from 'pg';
 import { resolveConfig } from '../../src/server/config/config.js';
 
 export function machine(): { cpu: string; cores: number; node: string; platform: string } {
@@ -15,4 +16,17 @@ export function machine(): { cpu: string; cores: number; node: string; platform:
 /** Where the bench's SQLite servers run their writes: SHINE_SQLITE_WRITER, else this machine's default. */
 export function sqliteWriter(): 'thread' | 'inline' {
   return resolveConfig({ sqliteWriter: process.env.SHINE_SQLITE_WRITER || undefined }).sqliteWriter;
+}
+
+/** A PostgreSQL database's durability settings, as the benches that run on it print them. */
+export async function postgresDurability(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const sc = (await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit')).rows[0]!;
+    const fs = (await client.query<{ fsync: string }>('SHOW fsync')).rows[0]!;
+    return `synchronous_commit=${sc.synchronous_commit},fsync=${fs.fsync}`;
+  } finally {
+    await client.end();
+  }
 }
