@@ -787,6 +787,39 @@ export function storeContract(factory: StoreFactory): void {
       await counted({ accepted: 3, delivered: 0, failed: 1 }, 'removed');
     });
 
+    it('markDelivered asked for at once (answers arriving in a burst): each as if alone, the same mark made once', async () => {
+      const store = await fresh();
+      const at = (i: number) => ({ from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }) as const;
+      const keyOf = (i: number) => messageKeyOf(testPair(at(i)).outgoing);
+      const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+      const rev = { revisionTimeMs: 0, reencryptedAtMs: 0 };
+      for (const i of [1, 2, 3]) await putPair(store, at(i), { delivery: accepted });
+      await putPair(store, at(4));
+      const marks = await Promise.all([
+        store.delivery.markDelivered(keyOf(1), rev, T0 + 5, null),
+        store.delivery.markDelivered(keyOf(2), { revisionTimeMs: 7, reencryptedAtMs: 0 }, T0 + 5, null),
+        store.delivery.markDelivered(keyOf(1), rev, T0 + 6, null),
+        store.delivery.markDelivered(keyOf(4), rev, T0 + 5, null),
+        store.delivery.markDelivered(keyOf(3), rev, T0 + 7, null),
+      ]);
+      assert.deepEqual(marks, [true, false, false, false, true]);
+      const rows = await Promise.all(
+        [1, 2, 3].map(async (i) => {
+          const [row] = await factory.query(
+            store,
+            'SELECT state, updated_at_ms FROM dm_delivery_state WHERE outgoing_key = ?',
+            [keyOf(i)],
+          );
+          return [row?.state, Number(row?.updated_at_ms)];
+        }),
+      );
+      assert.deepEqual(rows, [
+        ['delivered', T0 + 5],
+        ['accepted', T0 + 2],
+        ['delivered', T0 + 7],
+      ]);
+    });
+
     it('delivery proofs (§13.1): kept with the row by storePair, markDelivered, finishDelivery and setDeliveryProof; shown in history only for the delivered revision', async () => {
       const store = await fresh();
       const proofOf = (messageKey: string, revisionTimeMs: number, storedAtMs: number): DeliveryReceipt => ({

@@ -274,7 +274,7 @@ describe('PostgreSQL: several processes on one database', () => {
   });
 });
 
-describe('PostgreSQL: pairs stored in batches', () => {
+describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in one statement', () => {
   let store: PostgresStore;
   before(async () => {
     store = await openPool(6);
@@ -332,6 +332,66 @@ describe('PostgreSQL: pairs stored in batches', () => {
     assert.equal(copy?.revisionTimeMs, T0 + 50);
     assert.equal((await store.delivery.getDelivery(b.outgoing.messageKey))?.revisionTimeMs, T0 + 50);
     assert.equal(c.deliveryState, 'accepted');
+  });
+
+  it("single copies (a federated recipient's) share batches with pairs; a copy of an owner in flight waits for its turn", async () => {
+    const pairs = ownPairs(10, 'copies-p-');
+    const copies = ownPairs(20, 'copies-c-').map((spec) => testPair(spec).incoming);
+    const commits = store.db.stats.commits;
+    const [pairResults, copyResults, again] = await Promise.all([
+      Promise.all(pairs.map((spec) => putPair(store, spec, local(spec.from, spec.to)))),
+      Promise.all(
+        copies.map((copy) => store.messages.storeCopy({ copy, nowMs: T0, outbox: local(copy.toLogin).outbox })),
+      ),
+      // The same copy again in the same turn: its owner is in the batch, so it is stored after it.
+      store.messages.storeCopy({ copy: copies[0]!, nowMs: T0, outbox: local(copies[0]!.toLogin).outbox }),
+    ]);
+    const used = store.db.stats.commits - commits;
+    assert.ok(used >= 2 && used <= 5, `${used} commits for 10 pairs and 21 copies`);
+    assert.ok(pairResults.every((r) => r.outgoing.outcome === 'inserted' && r.incoming.outcome === 'inserted'));
+    assert.deepEqual(
+      copyResults.map((r) => [r.outcome, r.messageKey]),
+      copies.map((c) => ['inserted', messageKeyOf(c)]),
+    );
+    assert.equal(again.outcome, 'unchanged');
+    for (const copy of copies) {
+      assert.ok(await store.messages.getCopy(messageKeyOf(copy)));
+      const page = await store.replication.dmSyncPage({
+        owner: copy.toLogin,
+        ackSyncIds: [],
+        afterStoredAtMs: -1,
+        afterKey: '',
+        limit: 10,
+        maxBytes: 1 << 20,
+      });
+      assert.deepEqual(
+        page.items.map((i) => i.primaryMessageKey),
+        [messageKeyOf(copy)],
+        'its outbox row, once',
+      );
+    }
+  });
+
+  it('the delivered marks of one turn are one statement; a mark asked for twice waits for the next', async () => {
+    const specs = ownPairs(6, 'marks-');
+    const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    await Promise.all(specs.map((spec) => putPair(store, spec, { ...local(spec.from, spec.to), delivery: accepted })));
+    const keys = specs.map((spec) => messageKeyOf(testPair(spec).outgoing));
+    const texts: string[] = [];
+    const query = store.db.query.bind(store.db);
+    store.db.query = ((text: string | pg.QueryConfig, values?: unknown[]) => {
+      texts.push(typeof text === 'string' ? text : text.text);
+      return query(text, values);
+    }) as typeof store.db.query;
+    const rev = { revisionTimeMs: 0, reencryptedAtMs: 0 };
+    let marks: boolean[];
+    try {
+      marks = await Promise.all([...keys, keys[0]!].map((k) => store.delivery.markDelivered(k, rev, T0 + 1, null)));
+    } finally {
+      store.db.query = query;
+    }
+    assert.deepEqual(marks, [true, true, true, true, true, true, false]);
+    assert.equal(texts.filter((t) => t.includes('UPDATE dm_delivery_state')).length, 2);
   });
 
   it('a batch the database cannot serve fails all its pairs with 503 OVERLOADED, none tried again alone', async () => {

@@ -5,9 +5,49 @@ import { proofJson, toDeliveryRow } from '../rows.js';
 import type { DeliveryReceipt } from '../../../protocol/receipt.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate } from '../types.js';
 import type { PgDb } from './db.js';
+import { prepared } from './db.js';
+import { PerTurn } from './per-turn.js';
+
+interface DeliveredMark {
+  outgoingKey: string;
+  rev: { revisionTimeMs: number; reencryptedAtMs: number };
+  nowMs: number;
+  /** proofJson of the receipt. */
+  proof: string | null;
+}
 
 export class PgDeliveryStore implements DeliveryStore {
   constructor(private readonly db: PgDb) {}
+
+  /**
+   * Each pair's `delivered` comes as its recipient's server answers, in bursts: the marks of one turn are one
+   * statement and one commit (PerTurn, a key once a statement). A mark is made only on the revision it
+   * names, from `accepted`: true when it made it.
+   */
+  private readonly delivered = new PerTurn<DeliveredMark, boolean>(
+    async (marks) => {
+      const r = await this.db.query<{ outgoing_key: string }>(
+        prepared(
+          `UPDATE dm_delivery_state d SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
+             receipt_json = u.proof, row_version = d.row_version + 1, updated_at_ms = u.now_ms
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[]) AS u(k, rev, re, now_ms, proof)
+           WHERE d.outgoing_key = u.k AND d.state = 'accepted' AND d.revision_time_ms = u.rev
+             AND d.reencrypted_at_ms = u.re
+           RETURNING d.outgoing_key`,
+          [
+            marks.map((m) => m.outgoingKey),
+            marks.map((m) => m.rev.revisionTimeMs),
+            marks.map((m) => m.rev.reencryptedAtMs),
+            marks.map((m) => m.nowMs),
+            marks.map((m) => m.proof),
+          ],
+        ),
+      );
+      const made = new Set(r.rows.map((row) => row.outgoing_key));
+      return marks.map((m) => made.has(m.outgoingKey));
+    },
+    (m) => m.outgoingKey,
+  );
 
   async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
     const r = await this.db.query<DeliveryDbRow>('SELECT * FROM dm_delivery_state WHERE outgoing_key = $1', [
@@ -48,19 +88,13 @@ export class PgDeliveryStore implements DeliveryStore {
     return r.rowCount === 1;
   }
 
-  async markDelivered(
+  markDelivered(
     outgoingKey: string,
     rev: { revisionTimeMs: number; reencryptedAtMs: number },
     nowMs: number,
     proof: DeliveryReceipt | null,
   ): Promise<boolean> {
-    const r = await this.db.query(
-      `UPDATE dm_delivery_state SET state = 'delivered', next_attempt_at_ms = NULL, lease_until_ms = NULL,
-         receipt_json = $5, row_version = row_version + 1, updated_at_ms = $1
-       WHERE outgoing_key = $2 AND state = 'accepted' AND revision_time_ms = $3 AND reencrypted_at_ms = $4`,
-      [nowMs, outgoingKey, rev.revisionTimeMs, rev.reencryptedAtMs, proofJson(proof)],
-    );
-    return r.rowCount === 1;
+    return this.delivered.call({ outgoingKey, rev, nowMs, proof: proofJson(proof) });
   }
 
   async setDeliveryProof(

@@ -57,7 +57,7 @@ function ownerLocks(owners: readonly string[]): string {
   );
 }
 
-/** Pairs a transaction stores at most (docs/performance.md): their owners' locks are all taken at its start. */
+/** Calls (pairs or copies) a transaction stores at most (docs/performance.md): their owners' locks are all taken at its start. */
 const MAX_BATCH = 32;
 /**
  * Batches of pairs in flight at once: while one commits, the next forms and runs. More in flight made each
@@ -65,58 +65,73 @@ const MAX_BATCH = 32;
  * other connections stay free for reads and the delivery worker.
  */
 const BATCHES_IN_FLIGHT = 2;
-/** Pairs waiting for a batch before more are refused, as the pool refuses waiting callers (db.ts). */
+/** Calls waiting for a batch before more are refused, as the pool refuses waiting callers (db.ts). */
 const MAX_PENDING = 20_000;
 
-interface PairJob {
-  input: StorePairInput;
-  resolve: (r: StorePairResult) => void;
+/** A store call waiting for a batch: a pair of two owners, or one copy; it is answered as its input's kind. */
+interface StoreJob<I, R> {
+  input: I;
+  resolve: (r: R) => void;
   reject: (err: unknown) => void;
   /** Stored in a transaction of its own (its batch failed). */
   alone?: boolean;
 }
+type Job = StoreJob<StorePairInput, StorePairResult> | StoreJob<StoreCopyInput, CopyResult>;
+type BatchInput = StorePairInput | StoreCopyInput;
 
-const ownersOf = (input: StorePairInput): string[] => [ownerOf(input.outgoing), ownerOf(input.incoming)];
+const isPair = (input: BatchInput): input is StorePairInput => 'outgoing' in input;
+const copiesOf = (input: BatchInput): Container[] => (isPair(input) ? [input.outgoing, input.incoming] : [input.copy]);
+const ownersOf = (input: BatchInput): string[] => copiesOf(input).map(ownerOf);
 
 export class PgMessageStore implements MessageStore {
-  private pending: PairJob[] = [];
+  private pending: Job[] = [];
   private scheduled = false;
-  /** Owners of the batches in flight: a pair of one of them waits here, not on the database's lock. */
+  /** Owners of the batches in flight: a call of one of them waits here, not on the database's lock. */
   private readonly busyOwners = new Set<string>();
   private batchesInFlight = 0;
 
   constructor(private readonly db: PgDb) {}
 
   /**
-   * Pairs of two owners are stored in batches (group commit): one transaction takes the owners' locks at
-   * once in login order, reads every pair's facts in one statement and writes every new row in one more,
-   * so a batch costs four round trips and one commit where each pair cost as much (docs/performance.md).
-   * At most two batches are in flight; pairs asked for meanwhile wait and form the next ones (at most
+   * Pairs of two owners, and single copies (storeCopy: a federated recipient's copy, a forwarded one, a
+   * catch-up page's), are stored in batches (group commit): one transaction takes the owners' locks at
+   * once in login order, reads every copy's facts in one statement and writes every new row in one more,
+   * so a batch costs four round trips and one commit where each call cost as much (docs/performance.md).
+   * At most two batches are in flight; calls made meanwhile wait and form the next ones (at most
    * MAX_PENDING, then 503 OVERLOADED). A batch holds no owner twice and none of a batch in flight, so one
-   * pair cannot change another's facts and no batch waits on another's lock in this process. If a batch
-   * fails (other than with 503 OVERLOADED, which fails all), each of its pairs is stored again on its
-   * own, so only a pair that fails alone answers with its error.
+   * call cannot change another's facts and no batch waits on another's lock in this process. If a batch
+   * fails (other than with 503 OVERLOADED, which fails all), each of its calls is stored again on its
+   * own, so only a call that fails alone answers with its error.
    */
   storePair(input: StorePairInput): Promise<StorePairResult> {
     if (ownerOf(input.outgoing) === ownerOf(input.incoming)) {
       return this.db.tx((c) => storeOneOwnerPairTx(c, input), ownerLocks([ownerOf(input.outgoing)]));
     }
-    if (this.pending.length >= MAX_PENDING) return Promise.reject(new ShineError('OVERLOADED', 'write queue full'));
-    return new Promise<StorePairResult>((resolve, reject) => {
-      this.pending.push({ input, resolve, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => this.flush());
-      }
-    });
+    return new Promise<StorePairResult>((resolve, reject) => this.enqueue({ input, resolve, reject }));
+  }
+
+  storeCopy(input: StoreCopyInput): Promise<CopyResult> {
+    return new Promise<CopyResult>((resolve, reject) => this.enqueue({ input, resolve, reject }));
+  }
+
+  private enqueue(job: Job): void {
+    if (this.pending.length >= MAX_PENDING) {
+      job.reject(new ShineError('OVERLOADED', 'write queue full'));
+      return;
+    }
+    this.pending.push(job);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
   }
 
   private flush(): void {
     this.scheduled = false;
     while (this.pending.length > 0 && this.batchesInFlight < BATCHES_IN_FLIGHT) {
       const owners = new Set<string>();
-      const batch: PairJob[] = [];
-      const later: PairJob[] = [];
+      const batch: Job[] = [];
+      const later: Job[] = [];
       for (const job of this.pending) {
         const mine = ownersOf(job.input);
         const fits =
@@ -135,15 +150,15 @@ export class PgMessageStore implements MessageStore {
     }
   }
 
-  private async storeBatch(batch: PairJob[], owners: string[]): Promise<void> {
+  private async storeBatch(batch: Job[], owners: string[]): Promise<void> {
     this.batchesInFlight++;
     for (const o of owners) this.busyOwners.add(o);
-    let results: StorePairResult[] | null = null;
+    let results: (StorePairResult | CopyResult)[] | null = null;
     let failure: unknown = null;
     try {
       results = await this.db.tx(
         (c) =>
-          storePairsTx(
+          storeBatchTx(
             c,
             batch.map((j) => j.input),
           ),
@@ -154,27 +169,14 @@ export class PgMessageStore implements MessageStore {
     }
     this.batchesInFlight--;
     for (const o of owners) this.busyOwners.delete(o);
-    if (results) batch.forEach((job, i) => job.resolve(results[i]!));
+    // storeBatchTx answers each input as its kind: a pair with a StorePairResult, a copy with a CopyResult.
+    if (results) batch.forEach((job, i) => (job.resolve as (r: StorePairResult | CopyResult) => void)(results[i]!));
     // A database that cannot serve fails them all, as it would alone; and a connection lost in COMMIT may
     // have committed, which the callers' retries find (docs/protocol.md decision 26), not this store's.
     else if (batch.length === 1 || (failure instanceof ShineError && failure.code === 'OVERLOADED'))
       for (const job of batch) job.reject(failure);
     else this.pending.unshift(...batch.map((job) => ({ ...job, alone: true })));
     this.flush();
-  }
-
-  storeCopy(input: StoreCopyInput): Promise<CopyResult> {
-    const copy = input.copy;
-    return this.db.tx(
-      async (c) => {
-        const r = await storeCopyTx(c, copy, input.nowMs, !input.silent, null);
-        const q = new Params();
-        const outbox = outboxInsert(q, [outboxRowFor(r, copy, [copy.bytes], input.outbox, input.nowMs)]);
-        await c.query(prepared(`WITH ob AS (${outbox}) SELECT 1`, q.values));
-        return r;
-      },
-      ownerLocks([ownerOf(copy)]),
-    );
   }
 
   async getCopy(messageKey: string): Promise<StoredCopy | null> {
@@ -300,34 +302,31 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
   }));
 }
 
-/** A pair's copies as stored (or refused), and the new rows still to write with its last statement. */
-interface PairDone {
-  input: StorePairInput;
-  out: CopyResult;
-  inc: CopyResult;
+/** A call's copies as stored (or refused), in copiesOf's order, and the new rows still to write with the batch's last statement. */
+interface Done {
+  input: BatchInput;
+  results: CopyResult[];
   inserts: readonly CopyPlan[];
 }
 
-/** Stores pairs whose owners all differ (PgMessageStore.storePair), in the caller's transaction. */
-async function storePairsTx(c: Client, inputs: readonly StorePairInput[]): Promise<StorePairResult[]> {
-  const facts = await lookupFacts(
-    c,
-    inputs.flatMap((i) => [i.outgoing, i.incoming]),
-  );
-  const done: PairDone[] = [];
-  for (const [k, input] of inputs.entries()) {
-    const { outgoing, incoming, nowMs } = input;
+/** Stores calls whose owners all differ (PgMessageStore's batches), in the caller's transaction. */
+async function storeBatchTx(c: Client, inputs: readonly BatchInput[]): Promise<(StorePairResult | CopyResult)[]> {
+  const facts = await lookupFacts(c, inputs.flatMap(copiesOf));
+  let at = 0;
+  const done: Done[] = [];
+  for (const input of inputs) {
+    const { nowMs } = input;
     const replay = !input.silent;
-    const plans = [
-      planCopy(outgoing, facts[2 * k]!, { nowMs, replay, originDevice: originOf(input) }),
-      planCopy(incoming, facts[2 * k + 1]!, { nowMs, replay, originDevice: null }),
-    ];
+    // The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3).
+    const plans = copiesOf(input).map((copy, k) =>
+      planCopy(copy, facts[at++]!, { nowMs, replay, originDevice: k === 0 && isPair(input) ? originOf(input) : null }),
+    );
     // New rows alone (a plain send) go with the last statement; updates and effects run first, in order.
     const insertsOnly = plans.every((p) => p.write !== 'update' && !(p.write && p.effect));
     if (!insertsOnly) await applyPlans(c, plans, nowMs);
-    done.push({ input, out: plans[0]!.result, inc: plans[1]!.result, inserts: insertsOnly ? plans : [] });
+    done.push({ input, results: plans.map((p) => p.result), inserts: insertsOnly ? plans : [] });
   }
-  return finishPairs(c, done);
+  return finishBatch(c, done);
 }
 
 /** A pair whose two copies have one owner (a note to oneself): the second copy's facts follow the first. */
@@ -335,41 +334,46 @@ async function storeOneOwnerPairTx(c: Client, input: StorePairInput): Promise<St
   const { outgoing, incoming, nowMs } = input;
   const out = await storeCopyTx(c, outgoing, nowMs, !input.silent, originOf(input));
   const inc = await storeCopyTx(c, incoming, nowMs, !input.silent, null);
-  const [result] = await finishPairs(c, [{ input, out, inc, inserts: [] }]);
-  return result!;
+  const [result] = await finishBatch(c, [{ input, results: [out, inc], inserts: [] }]);
+  return result as StorePairResult;
 }
 
-/** The sending device's own copy counts as acknowledged by it (docs/protocol.md §5.3). */
 const originOf = (input: StorePairInput): string | null =>
   input.senderDevice?.login === input.outgoing.fromLogin ? input.senderDevice.deviceId : null;
 
+/** A stored copy's outbox row: a pair's outgoing copy carries both copies' bytes (docs/protocol.md §7). */
+function outboxRowsOf({ input, results }: Done): (OutboxRow | null)[] {
+  if (!isPair(input)) return [outboxRowFor(results[0]!, input.copy, [input.copy.bytes], input.outbox, input.nowMs)];
+  const { outgoing, incoming, outbox, nowMs } = input;
+  return [
+    outboxRowFor(results[0]!, outgoing, [incoming.bytes, outgoing.bytes], outbox, nowMs),
+    outboxRowFor(results[1]!, incoming, [incoming.bytes], outbox, nowMs),
+  ];
+}
+
 /**
- * The pairs' new copies, outbox rows and delivery rows, and each delivery state after them, in one
- * statement of one text. A delivery row is (re)started only for a copy this call inserted or updated, and
- * only where it is older than the pair's revision; a pair's state is then read as the row is.
+ * The calls' new copies, outbox rows and pairs' delivery rows, and each pair's delivery state after them,
+ * in one statement of one text. A delivery row is (re)started only for an outgoing copy this call inserted
+ * or updated, and only where it is older than the pair's revision; a pair's state is then read as the row
+ * is. Each call is answered as its kind: a pair with a StorePairResult, a copy with its CopyResult.
  */
-async function finishPairs(c: Client, done: readonly PairDone[]): Promise<StorePairResult[]> {
+async function finishBatch(c: Client, done: readonly Done[]): Promise<(StorePairResult | CopyResult)[]> {
   const q = new Params();
   const insert = insertStatement(
     q,
     done.flatMap((d) => d.inserts),
   );
-  const outbox = outboxInsert(
-    q,
-    done.flatMap(({ input, out, inc }) => [
-      outboxRowFor(out, input.outgoing, [input.incoming.bytes, input.outgoing.bytes], input.outbox, input.nowMs),
-      outboxRowFor(inc, input.incoming, [input.incoming.bytes], input.outbox, input.nowMs),
-    ]),
-  );
+  const outbox = outboxInsert(q, done.flatMap(outboxRowsOf));
+  const pairs = done.flatMap(({ input, results }) => (isPair(input) ? [{ input, out: results[0]! }] : []));
   const deliveries = unnest(
     q,
     DELIVERY_PG_TYPES,
-    done.flatMap(({ input, out }) => {
+    pairs.flatMap(({ input, out }) => {
       const d = copyChanged(out) ? input.delivery : null;
       return d ? [[out.messageKey, ...deliveryRowValues(input.outgoing, d), input.nowMs]] : [];
     }),
   );
-  const keys = q.add(done.map((d) => d.out.messageKey));
+  const keys = q.add(pairs.map((p) => p.out.messageKey));
   const r = await c.query<{ outgoing_key: string; state: DeliveryState }>(
     prepared(
       `WITH ins AS (${insert}), ob AS (${outbox}),
@@ -387,11 +391,11 @@ async function finishPairs(c: Client, done: readonly PairDone[]): Promise<StoreP
     ),
   );
   const states = new Map(r.rows.map((row) => [row.outgoing_key, row.state]));
-  return done.map(({ out, inc }) => ({
-    incoming: inc,
-    outgoing: out,
-    deliveryState: states.get(out.messageKey) ?? null,
-  }));
+  return done.map(({ input, results }) => {
+    if (!isPair(input)) return results[0]!;
+    const [outgoing, incoming] = results as [CopyResult, CopyResult];
+    return { incoming, outgoing, deliveryState: states.get(outgoing.messageKey) ?? null };
+  });
 }
 
 /** Stores one copy under its owner's lock: its facts, then rules.planCopy's plan. */

@@ -4,15 +4,13 @@ import type { PushDbRow } from '../rows.js';
 import { PUSH_COLUMNS, toPushSubscription } from '../rows.js';
 import type { PgDb } from './db.js';
 import { lockKey, prepared } from './db.js';
-
-interface Wanted {
-  resolve: (rows: PushSubscriptionRow[]) => void;
-  reject: (err: unknown) => void;
-}
+import { PerTurn } from './per-turn.js';
 
 export class PgPushStore implements PushStore {
-  /** Owners whose subscriptions were asked for in this turn of the event loop, read in one statement. */
-  private wanted = new Map<string, Wanted[]>();
+  /** Every stored message asks for its owner's subscriptions: the owners asked for in one turn are read at once. */
+  private readonly subscriptions = new PerTurn<string, PushSubscriptionRow[]>((owners) =>
+    this.readSubscriptions(owners),
+  );
 
   constructor(private readonly db: PgDb) {}
 
@@ -56,42 +54,27 @@ export class PgPushStore implements PushStore {
     return row ? toPushSubscription(row) : null;
   }
 
-  /**
-   * Every stored message asks for its owner's subscriptions (to push to devices without a session), so
-   * the owners asked for in one turn are read in one round trip: a batch of stored pairs is answered in
-   * one turn, and a round trip each cost the server more than the batch's own (docs/performance.md).
-   */
   subscriptionsOf(owner: string): Promise<PushSubscriptionRow[]> {
-    return new Promise((resolve, reject) => {
-      if (this.wanted.size === 0) setImmediate(() => void this.readWanted());
-      const waiting = this.wanted.get(owner);
-      if (waiting) waiting.push({ resolve, reject });
-      else this.wanted.set(owner, [{ resolve, reject }]);
-    });
+    return this.subscriptions.call(owner);
   }
 
-  private async readWanted(): Promise<void> {
-    const wanted = this.wanted;
-    this.wanted = new Map();
-    try {
-      const r = await this.db.query<PushDbRow>(
-        prepared(
-          `SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = ANY($1::text[])
-           ORDER BY owner_login, upsert_seq, endpoint`,
-          [[...wanted.keys()]],
-        ),
-      );
-      const byOwner = new Map<string, PushSubscriptionRow[]>();
-      for (const row of r.rows) {
-        const sub = toPushSubscription(row);
-        const list = byOwner.get(sub.ownerLogin);
-        if (list) list.push(sub);
-        else byOwner.set(sub.ownerLogin, [sub]);
-      }
-      for (const [owner, waiting] of wanted) for (const w of waiting) w.resolve([...(byOwner.get(owner) ?? [])]);
-    } catch (err) {
-      for (const waiting of wanted.values()) for (const w of waiting) w.reject(err);
+  /** The subscriptions of each owner (one may be asked for more than once), in one statement. */
+  private async readSubscriptions(owners: string[]): Promise<PushSubscriptionRow[][]> {
+    const r = await this.db.query<PushDbRow>(
+      prepared(
+        `SELECT ${PUSH_COLUMNS} FROM push_subscriptions WHERE owner_login = ANY($1::text[])
+         ORDER BY owner_login, upsert_seq, endpoint`,
+        [[...new Set(owners)]],
+      ),
+    );
+    const byOwner = new Map<string, PushSubscriptionRow[]>();
+    for (const row of r.rows) {
+      const sub = toPushSubscription(row);
+      const list = byOwner.get(sub.ownerLogin);
+      if (list) list.push(sub);
+      else byOwner.set(sub.ownerLogin, [sub]);
     }
+    return owners.map((owner) => [...(byOwner.get(owner) ?? [])]);
   }
 
   async recordPushResult(endpoint: string, nowMs: number, error: string | null): Promise<void> {
