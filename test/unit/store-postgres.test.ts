@@ -394,14 +394,41 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     assert.equal(texts.filter((t) => t.includes('UPDATE dm_delivery_state')).length, 2);
   });
 
+  it('a batch takes two round trips once its connection has parsed its statements: BEGIN with the facts, the rows with COMMIT', async () => {
+    const one = await openPool(1);
+    const texts: string[] = [];
+    const withClient = one.db.withClient.bind(one.db);
+    one.db.withClient = ((fn) =>
+      withClient((client) => {
+        const query = client.query.bind(client);
+        client.query = ((q: string | pg.QueryConfig, values?: unknown[]) => {
+          texts.push(typeof q === 'string' ? q : `(prepared) ${q.text}`);
+          return query(q as string, values);
+        }) as typeof client.query;
+        return fn(client).finally(() => (client.query = query));
+      })) as typeof one.db.withClient;
+    const [first, ...rest] = ownPairs(5, 'rt-');
+    await putPair(one, first!, local(first!.from, first!.to));
+    assert.equal(texts.length, 4, 'the first: BEGIN, the facts and the rows parsed, COMMIT');
+    texts.length = 0;
+    const results = await Promise.all(rest.map((spec) => putPair(one, spec, local(spec.from, spec.to))));
+    assert.deepEqual(
+      texts.map((t) => /^BEGIN;.*EXECUTE shine_\w+\(/s.test(t) || /^EXECUTE shine_\w+\(.*\);COMMIT$/s.test(t)),
+      [true, true],
+      texts.join('\n---\n').slice(0, 2000),
+    );
+    assert.ok(results.every((r) => r.outgoing.outcome === 'inserted' && r.incoming.outcome === 'inserted'));
+    for (const spec of rest) assert.ok(await one.messages.getCopy(messageKeyOf(testPair(spec).incoming)));
+  });
+
   it('a batch the database cannot serve fails all its pairs with 503 OVERLOADED, none tried again alone', async () => {
     const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 2 });
     let transactions = 0;
-    const tx = gone.db.tx.bind(gone.db);
-    gone.db.tx = ((fn, begin) => {
+    const withClient = gone.db.withClient.bind(gone.db);
+    gone.db.withClient = ((fn) => {
       transactions++;
-      return tx(fn, begin);
-    }) as typeof gone.db.tx;
+      return withClient(fn);
+    }) as typeof gone.db.withClient;
     const settled = await Promise.allSettled(
       ownPairs(4, 'batch-gone-').map((spec) => putPair(gone, spec, local(spec.from, spec.to))),
     );

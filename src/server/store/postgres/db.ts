@@ -43,6 +43,51 @@ export function prepared(text: string, values: unknown[]): pg.QueryConfig {
   return { name, text, values };
 }
 
+/** Names of the statements (prepared) each connection has parsed through runPrepared. */
+const parsedOn = new WeakMap<pg.ClientBase, Set<string>>();
+
+/** Runs a prepared statement, noting that this connection has parsed it (executeText). */
+async function runPrepared<R extends pg.QueryResultRow>(
+  client: pg.ClientBase,
+  q: pg.QueryConfig,
+): Promise<pg.QueryResult<R>> {
+  const r = await client.query<R>(q);
+  if (q.name !== undefined) {
+    const names = parsedOn.get(client);
+    if (names) names.add(q.name);
+    else parsedOn.set(client, new Set([q.name]));
+  }
+  return r;
+}
+
+/** The text node-postgres sends for a parameter (arrays as array literals, bytes as hex): pg's own conversion. */
+const parameterText = (pg as unknown as { utils: { prepareValue(v: unknown): string | Buffer | null } }).utils
+  .prepareValue;
+
+/**
+ * SQL that runs a prepared statement by name in a simple query, its values inlined as literals of the very
+ * text node-postgres would send as parameters; null where this connection has not parsed it yet. In a simple
+ * query it can go with other statements in one round trip (PgDb.pipelinedTx).
+ */
+const DOLLAR_QUOTE = '$shine_value$';
+
+function executeText(client: pg.ClientBase, q: pg.QueryConfig): string | null {
+  if (q.name === undefined || !parsedOn.get(client)?.has(q.name)) return null;
+  const literals = (q.values ?? []).map((v) => {
+    const value = parameterText(v);
+    if (value === null) return 'NULL';
+    const text = typeof value === 'string' ? value : `\\x${value.toString('hex')}`;
+    // Dollar-quoted, so the text goes as it is: escaping tens of KiB of hex a character at a time cost more
+    // than the round trip saved.
+    return text.includes(DOLLAR_QUOTE) ? pg.escapeLiteral(text) : `${DOLLAR_QUOTE}${text}${DOLLAR_QUOTE}`;
+  });
+  return `EXECUTE ${q.name}(${literals.join(', ')})`;
+}
+
+/** The last statement's result of a simple query (node-postgres answers several statements with a list). */
+const lastResult = <R extends pg.QueryResultRow>(r: pg.QueryResult<R> | pg.QueryResult<R>[]): pg.QueryResult<R> =>
+  Array.isArray(r) ? r[r.length - 1]! : r;
+
 /** BIGINT (milliseconds, counts) as JS numbers, for this pool only: every value we store fits in 2^53. */
 const TYPES: pg.CustomTypesConfig = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
@@ -177,26 +222,80 @@ export class PgDb implements Queryable {
    * A serialization failure or deadlock rolls back and runs fn again, so fn must be safe to repeat.
    * `begin` may add statements run with BEGIN in the same round trip (they take no parameters).
    */
-  async tx<T>(fn: (client: pg.PoolClient) => Promise<T>, begin = ''): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.withClient(async (client) => {
-          try {
-            // Inside the try: when a statement after BEGIN fails (a lock's deadlock), the client must not go
-            // back to the pool in an aborted transaction.
+  tx<T>(fn: (client: pg.PoolClient) => Promise<T>, begin = ''): Promise<T> {
+    return this.retried(() =>
+      this.withClient(async (client) => {
+        try {
+          // Inside the try: when a statement after BEGIN fails (a lock's deadlock), the client must not go
+          // back to the pool in an aborted transaction.
+          await client.query(`BEGIN;${begin}`);
+          const value = await fn(client);
+          await client.query('COMMIT');
+          this.stats.commits++;
+          return value;
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw err;
+        }
+      }),
+    );
+  }
+
+  /**
+   * A transaction of a first statement, whatever `middle` runs on its result, and a last statement, in two
+   * round trips where the connection has both statements parsed: BEGIN, `begin` (no parameters) and `first`
+   * in one simple query, `last` and COMMIT in another, each prepared statement run by name (executeText).
+   * node-postgres sends one statement a round trip, and on a loaded machine a socket write to the database
+   * cost the server more than the statement's own work (docs/performance.md). Until a connection has parsed
+   * them they go as separate statements, as tx sends them. Retried as tx is.
+   */
+  async pipelinedTx<F extends pg.QueryResultRow, L extends pg.QueryResultRow, T>(
+    begin: string,
+    first: pg.QueryConfig,
+    middle: (
+      client: pg.PoolClient,
+      r: pg.QueryResult<F>,
+    ) => Promise<{ last: pg.QueryConfig; done: (r: pg.QueryResult<L>) => T }>,
+  ): Promise<T> {
+    return this.retried(() =>
+      this.withClient(async (client) => {
+        try {
+          const firstText = executeText(client, first);
+          let r1: pg.QueryResult<F>;
+          if (firstText !== null) {
+            r1 = lastResult(await client.query<F>(`BEGIN;${begin}${firstText}`));
+          } else {
             await client.query(`BEGIN;${begin}`);
-            const value = await fn(client);
-            await client.query('COMMIT');
-            this.stats.commits++;
-            return value;
-          } catch (err) {
-            await client.query('ROLLBACK').catch(() => {});
-            throw err;
+            r1 = await runPrepared<F>(client, first);
           }
-        });
+          const { last, done } = await middle(client, r1);
+          const lastText = executeText(client, last);
+          let r2: pg.QueryResult<L>;
+          if (lastText !== null) {
+            const both = await client.query<L>(`${lastText};COMMIT`);
+            r2 = Array.isArray(both) ? both[0]! : both;
+          } else {
+            r2 = await runPrepared<L>(client, last);
+            await client.query('COMMIT');
+          }
+          this.stats.commits++;
+          return done(r2);
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw err;
+        }
+      }),
+    );
+  }
+
+  /** Runs attempt again on a serialization failure or deadlock, up to maxAttempts times. */
+  private async retried<T>(attempt: () => Promise<T>): Promise<T> {
+    for (let n = 1; ; n++) {
+      try {
+        return await attempt();
       } catch (err) {
         const code = (err as { code?: unknown }).code;
-        if (typeof code === 'string' && RETRYABLE.has(code) && attempt < this.maxAttempts) {
+        if (typeof code === 'string' && RETRYABLE.has(code) && n < this.maxAttempts) {
           this.stats.retries++;
           continue;
         }

@@ -156,13 +156,10 @@ export class PgMessageStore implements MessageStore {
     let results: (StorePairResult | CopyResult)[] | null = null;
     let failure: unknown = null;
     try {
-      results = await this.db.tx(
-        (c) =>
-          storeBatchTx(
-            c,
-            batch.map((j) => j.input),
-          ),
-        ownerLocks(owners),
+      results = await storeBatch(
+        this.db,
+        batch.map((j) => j.input),
+        owners,
       );
     } catch (err) {
       failure = err;
@@ -238,6 +235,11 @@ export class PgMessageStore implements MessageStore {
   }
 }
 
+interface StateRow {
+  outgoing_key: string;
+  state: DeliveryState;
+}
+
 interface FactsRow {
   conv: number | null;
   tombstoned: boolean;
@@ -253,7 +255,7 @@ interface FactsRow {
  * connection keeps for it (prepared) seeks an index whatever the tables' sizes were when it was made. As a
  * join, a plan made while signed_messages was small read the whole table on each call.
  */
-async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
+function factsStatement(copies: readonly Container[]): pg.QueryConfig {
   const looks = copies.map(copyLookups);
   const q = new Params();
   const v = unnest(
@@ -269,9 +271,8 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
       l.earliestReceipt,
     ]),
   );
-  const r = await c.query<FactsRow>(
-    prepared(
-      `SELECT
+  return prepared(
+    `SELECT
          CASE WHEN v.conv_q THEN (SELECT delete_before_ms FROM dm_tombstones
                                   WHERE owner_login = v.owner AND kind = 'conversation' AND target = v.peer) END AS conv,
          COALESCE(v.tomb_q AND (SELECT true FROM dm_tombstones
@@ -284,10 +285,12 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
           WHERE e.message_key = v.message_key) AS existing
        FROM ${v} WITH ORDINALITY AS v(owner, peer, base_key, message_key, conv_q, tomb_q, receipt_q, i)
        ORDER BY v.i`,
-      q.values,
-    ),
+    q.values,
   );
-  return r.rows.map((f) => ({
+}
+
+const factsOf = (rows: readonly FactsRow[]): CopyFacts[] =>
+  rows.map((f) => ({
     conversationDeleteBeforeMs: f.conv,
     messageTombstoned: f.tombstoned,
     existing:
@@ -300,6 +303,9 @@ async function lookupFacts(c: Client, copies: readonly Container[]): Promise<Cop
           },
     earliestReceiptReadAtMs: f.receipt,
   }));
+
+async function lookupFacts(c: Client, copies: readonly Container[]): Promise<CopyFacts[]> {
+  return factsOf((await c.query<FactsRow>(factsStatement(copies))).rows);
 }
 
 /** A call's copies as stored (or refused), in copiesOf's order, and the new rows still to write with the batch's last statement. */
@@ -309,9 +315,21 @@ interface Done {
   inserts: readonly CopyPlan[];
 }
 
-/** Stores calls whose owners all differ (PgMessageStore's batches), in the caller's transaction. */
-async function storeBatchTx(c: Client, inputs: readonly BatchInput[]): Promise<(StorePairResult | CopyResult)[]> {
-  const facts = await lookupFacts(c, inputs.flatMap(copiesOf));
+/**
+ * Stores calls whose owners all differ (PgMessageStore's batches) in one transaction of two round trips where
+ * the connection lets it (PgDb.pipelinedTx): BEGIN, the owners' locks and every copy's facts; then, after
+ * the plans' updates and effects if any, the last statement and COMMIT.
+ */
+function storeBatch(db: PgDb, inputs: readonly BatchInput[], owners: readonly string[]) {
+  return db.pipelinedTx<FactsRow, StateRow, (StorePairResult | CopyResult)[]>(
+    ownerLocks(owners),
+    factsStatement(inputs.flatMap(copiesOf)),
+    async (c, r) => finishStatement(await planBatch(c, inputs, factsOf(r.rows))),
+  );
+}
+
+/** Each call's plans on its copies' facts (in copiesOf's order); updates and effects applied at once. */
+async function planBatch(c: Client, inputs: readonly BatchInput[], facts: readonly CopyFacts[]): Promise<Done[]> {
   let at = 0;
   const done: Done[] = [];
   for (const input of inputs) {
@@ -326,7 +344,7 @@ async function storeBatchTx(c: Client, inputs: readonly BatchInput[]): Promise<(
     if (!insertsOnly) await applyPlans(c, plans, nowMs);
     done.push({ input, results: plans.map((p) => p.result), inserts: insertsOnly ? plans : [] });
   }
-  return finishBatch(c, done);
+  return done;
 }
 
 /** A pair whose two copies have one owner (a note to oneself): the second copy's facts follow the first. */
@@ -357,7 +375,10 @@ function outboxRowsOf({ input, results }: Done): (OutboxRow | null)[] {
  * or updated, and only where it is older than the pair's revision; a pair's state is then read as the row
  * is. Each call is answered as its kind: a pair with a StorePairResult, a copy with its CopyResult.
  */
-async function finishBatch(c: Client, done: readonly Done[]): Promise<(StorePairResult | CopyResult)[]> {
+function finishStatement(done: readonly Done[]): {
+  last: pg.QueryConfig;
+  done: (r: pg.QueryResult<StateRow>) => (StorePairResult | CopyResult)[];
+} {
   const q = new Params();
   const insert = insertStatement(
     q,
@@ -374,9 +395,8 @@ async function finishBatch(c: Client, done: readonly Done[]): Promise<(StorePair
     }),
   );
   const keys = q.add(pairs.map((p) => p.out.messageKey));
-  const r = await c.query<{ outgoing_key: string; state: DeliveryState }>(
-    prepared(
-      `WITH ins AS (${insert}), ob AS (${outbox}),
+  const last = prepared(
+    `WITH ins AS (${insert}), ob AS (${outbox}),
        up AS (
          INSERT INTO dm_delivery_state (${DELIVERY_COLUMNS})
          SELECT k, b, s, r, rev, re, st, att, acc, nxt, lease, rj, 1, NULL, upd
@@ -387,15 +407,22 @@ async function finishBatch(c: Client, done: readonly Done[]): Promise<(StorePair
        UNION ALL
        SELECT outgoing_key, state FROM dm_delivery_state
        WHERE outgoing_key = ANY(${keys}::text[]) AND outgoing_key NOT IN (SELECT outgoing_key FROM up)`,
-      q.values,
-    ),
+    q.values,
   );
-  const states = new Map(r.rows.map((row) => [row.outgoing_key, row.state]));
-  return done.map(({ input, results }) => {
-    if (!isPair(input)) return results[0]!;
-    const [outgoing, incoming] = results as [CopyResult, CopyResult];
-    return { incoming, outgoing, deliveryState: states.get(outgoing.messageKey) ?? null };
-  });
+  const answers = (r: pg.QueryResult<StateRow>): (StorePairResult | CopyResult)[] => {
+    const states = new Map(r.rows.map((row) => [row.outgoing_key, row.state]));
+    return done.map(({ input, results }) => {
+      if (!isPair(input)) return results[0]!;
+      const [outgoing, incoming] = results as [CopyResult, CopyResult];
+      return { incoming, outgoing, deliveryState: states.get(outgoing.messageKey) ?? null };
+    });
+  };
+  return { last, done: answers };
+}
+
+async function finishBatch(c: Client, done: readonly Done[]): Promise<(StorePairResult | CopyResult)[]> {
+  const { last, done: answers } = finishStatement(done);
+  return answers(await c.query<StateRow>(last));
 }
 
 /** Stores one copy under its owner's lock: its facts, then rules.planCopy's plan. */
