@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
+import { prepared } from '../../src/server/store/postgres/db.js';
 import type { PostgresStore } from '../../src/server/store/postgres/store.js';
 import { openPostgresStore } from '../../src/server/store/postgres/store.js';
 import type { Store } from '../../src/server/store/types.js';
@@ -271,6 +272,56 @@ describe('PostgreSQL: several processes on one database', () => {
     const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 1 });
     await assert.rejects(gone.ping(), { code: 'OVERLOADED' });
     await gone.close();
+  });
+});
+
+describe('PostgreSQL: a transaction in two round trips (PgDb.pipelinedTx)', () => {
+  it('values go by name as pg would send them, whatever their quotes, dollars and backslashes; a failing last statement commits nothing', async () => {
+    const store = await openPool(1);
+    await store.migrate();
+    const odd = [`it's $shine_value$ \\ " '' $$ $1`, 'plain', '$shine_value', '\\x00'];
+    const statement = (i: number): pg.QueryConfig =>
+      prepared('SELECT $1::text AS t, $2::text[] AS list, $3::bytea AS b, $4::bigint AS n, $5::text AS nothing', [
+        odd[i % odd.length],
+        [...odd, null],
+        Buffer.from([0, 36, 39, 92, 255]),
+        2 ** 53 - i,
+        null,
+      ]);
+    const insert = (k: string): pg.QueryConfig =>
+      prepared("INSERT INTO server_meta (key, value) VALUES ($1, 'v') RETURNING key", [k]);
+    type Row = { t: string; list: (string | null)[]; b: Buffer; n: number; nothing: null };
+    // The first run parses both statements; the later ones run them by name (EXECUTE) in two round trips.
+    for (let i = 0; i < 5; i++) {
+      const [first, last] = await store.db.pipelinedTx<Row, { key: string }, [Row, string]>(
+        '',
+        statement(i),
+        async (_c, r) => ({ last: insert(`pipelined-${i}`), done: (r2) => [r.rows[0]!, r2.rows[0]!.key] }),
+      );
+      assert.deepEqual(first, {
+        t: odd[i % odd.length],
+        list: [...odd, null],
+        b: Buffer.from([0, 36, 39, 92, 255]),
+        n: 2 ** 53 - i,
+        nothing: null,
+      });
+      assert.equal(last, `pipelined-${i}`);
+    }
+    // The same key again fails the last statement: its transaction commits nothing.
+    await assert.rejects(
+      store.db.pipelinedTx('', insert('pipelined-extra'), async () => ({
+        last: insert('pipelined-0'),
+        done: () => null,
+      })),
+      /duplicate key/,
+    );
+    const kept = await store.db.query<{ key: string }>(
+      "SELECT key FROM server_meta WHERE key LIKE 'pipelined-%' ORDER BY key",
+    );
+    assert.deepEqual(
+      kept.rows.map((r) => r.key),
+      ['pipelined-0', 'pipelined-1', 'pipelined-2', 'pipelined-3', 'pipelined-4'],
+    );
   });
 });
 

@@ -64,13 +64,13 @@ async function runPrepared<R extends pg.QueryResultRow>(
 const parameterText = (pg as unknown as { utils: { prepareValue(v: unknown): string | Buffer | null } }).utils
   .prepareValue;
 
+const DOLLAR_QUOTE = '$shine_value$';
+
 /**
  * SQL that runs a prepared statement by name in a simple query, its values inlined as literals of the very
  * text node-postgres would send as parameters; null where this connection has not parsed it yet. In a simple
  * query it can go with other statements in one round trip (PgDb.pipelinedTx).
  */
-const DOLLAR_QUOTE = '$shine_value$';
-
 function executeText(client: pg.ClientBase, q: pg.QueryConfig): string | null {
   if (q.name === undefined || !parsedOn.get(client)?.has(q.name)) return null;
   const literals = (q.values ?? []).map((v) => {
@@ -78,8 +78,8 @@ function executeText(client: pg.ClientBase, q: pg.QueryConfig): string | null {
     if (value === null) return 'NULL';
     const text = typeof value === 'string' ? value : `\\x${value.toString('hex')}`;
     // Dollar-quoted, so the text goes as it is: escaping tens of KiB of hex a character at a time cost more
-    // than the round trip saved.
-    return text.includes(DOLLAR_QUOTE) ? pg.escapeLiteral(text) : `${DOLLAR_QUOTE}${text}${DOLLAR_QUOTE}`;
+    // than the round trip saved. A text with a $ in it could end the quote early: escaped instead.
+    return text.includes('$') ? pg.escapeLiteral(text) : `${DOLLAR_QUOTE}${text}${DOLLAR_QUOTE}`;
   });
   return `EXECUTE ${q.name}(${literals.join(', ')})`;
 }

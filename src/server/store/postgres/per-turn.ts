@@ -4,11 +4,15 @@
  * fails them all). A round trip each cost the server more than the statement's own work when the calls
  * come in bursts, as a batch of stored pairs answered in one turn makes them (docs/performance.md).
  *
- * With `keyOf`, a call whose key is already in the statement waits for the next one, so a statement holds
- * each key once: a write whose outcome depends on the row as an earlier call of the same key left it.
+ * With `keyOf`, calls of one key are served one statement after another in the order asked: a call whose
+ * key is in the coming statement or in one still running waits for the next after it. For writes whose
+ * outcome depends on the row as an earlier call of the same key left it.
  */
 export class PerTurn<I, R> {
-  private waiting: { input: I; resolve: (r: R) => void; reject: (err: unknown) => void }[] = [];
+  private waiting: Call<I, R>[] = [];
+  private scheduled = false;
+  /** Keys of the statements running now. */
+  private readonly running = new Set<string>();
 
   constructor(
     private readonly run: (inputs: I[]) => Promise<R[]>,
@@ -17,31 +21,52 @@ export class PerTurn<I, R> {
 
   call(input: I): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      if (this.waiting.length === 0) setImmediate(() => this.serve());
       this.waiting.push({ input, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.waiting.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.serve();
     });
   }
 
   private serve(): void {
     let calls = this.waiting;
     this.waiting = [];
+    const keys: string[] = [];
     if (this.keyOf) {
-      const keys = new Set<string>();
-      const now: typeof calls = [];
+      const now: Call<I, R>[] = [];
       for (const call of calls) {
         const key = this.keyOf(call.input);
-        if (keys.has(key)) this.waiting.push(call);
+        if (this.running.has(key)) this.waiting.push(call);
         else {
-          keys.add(key);
+          this.running.add(key);
+          keys.push(key);
           now.push(call);
         }
       }
-      if (this.waiting.length > 0) setImmediate(() => this.serve());
       calls = now;
     }
-    this.run(calls.map((c) => c.input)).then(
-      (results) => calls.forEach((c, i) => c.resolve(results[i]!)),
-      (err: unknown) => calls.forEach((c) => c.reject(err)),
-    );
+    if (calls.length === 0) return;
+    this.run(calls.map((c) => c.input))
+      .then(
+        (results) => calls.forEach((c, i) => c.resolve(results[i]!)),
+        (err: unknown) => calls.forEach((c) => c.reject(err)),
+      )
+      .finally(() => {
+        for (const key of keys) this.running.delete(key);
+        this.schedule();
+      });
   }
+}
+
+interface Call<I, R> {
+  input: I;
+  resolve: (r: R) => void;
+  reject: (err: unknown) => void;
 }
