@@ -8,7 +8,11 @@
  * batch before the clock starts, so each has its statements parsed. Durability: synchronous_commit on,
  * fsync as the server has it (printed).
  *
- * Env: BENCH_EVENTS (6000 a group size), BENCH_GROUPS (1,8), SHINE_TEST_PG_URL (the machine's default).
+ * BENCH_SENDER=one sends every pair from one sender (to recipients of their own), as one busy user or a
+ * catch-up page of one owner does.
+ *
+ * Env: BENCH_EVENTS (6000 a group size), BENCH_GROUPS (1,8), BENCH_SENDER (each | one), SHINE_TEST_PG_URL
+ * (the machine's default).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,6 +26,7 @@ import { backendCpuMeter } from './lib/pg-cpu.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 6000);
 const GROUPS = (process.env.BENCH_GROUPS ?? '1,8').split(',').map(Number);
+const ONE_SENDER = process.env.BENCH_SENDER === 'one';
 const LANES = 3;
 const POOL = 10;
 const WARM = 200;
@@ -34,7 +39,7 @@ async function run(group: number): Promise<Record<string, number>> {
     await store.migrate();
     const t0 = Date.now() - 3_600_000;
     const input = (i: number): StorePairInput => {
-      const [from, to] = [`alice${i}`, `bob${i}`];
+      const [from, to] = [ONE_SENDER ? 'alice' : `alice${i}`, `bob${i}`];
       return {
         ...pairOf({ from, to, timeMs: t0 + i, nonce: i }),
         nowMs: t0 + i,
@@ -91,6 +96,7 @@ console.log(
     date: new Date().toISOString(),
     machine: machine(),
     durability: [...durabilities].join(' '),
+    sender: ONE_SENDER ? 'one' : 'each pair its own',
     lanes: LANES,
     poolSize: POOL,
     results,

@@ -472,6 +472,37 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     for (const spec of rest) assert.ok(await one.messages.getCopy(messageKeyOf(testPair(spec).incoming)));
   });
 
+  it("one sender's messages to many share a batch; a deletion, and that owner's calls after it, wait for the next", async () => {
+    const sender = 'one-sender';
+    const to = (i: number): PairSpec => ({ from: sender, to: `one-sender-to${i}`, timeMs: T0 + i, nonce: i });
+    const commits = store.db.stats.commits;
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => putPair(store, to(i), local(sender, `one-sender-to${i}`))),
+    );
+    assert.ok(results.every((r) => r.outgoing.outcome === 'inserted' && r.incoming.outcome === 'inserted'));
+    const used = store.db.stats.commits - commits;
+    assert.ok(used <= 3, `${used} commits for 20 pairs of one sender`);
+
+    // In the order asked: a message, the deletion of the next one, the next one (then tombstoned).
+    const [alice, bob] = ['order-a', 'order-b'];
+    const m = (i: number): PairSpec => ({ from: alice, to: bob, timeMs: T0 + i, nonce: i });
+    const deletion: PairSpec = {
+      type: 5,
+      from: alice,
+      to: bob,
+      timeMs: T0 + 10,
+      nonce: 10,
+      body: encodeDeleteMessageBody({ targetTimeMs: T0 + 2, targetNonce: 2, targetSender: 0 }),
+    };
+    const [first, deleted, second] = await Promise.all(
+      [m(1), deletion, m(2)].map((spec) => putPair(store, spec, local(alice, bob))),
+    );
+    assert.deepEqual(
+      [first, deleted, second].map((r) => r!.outgoing.outcome),
+      ['inserted', 'inserted', 'tombstoned'],
+    );
+  });
+
   it('a batch the database cannot serve fails all its pairs with 503 OVERLOADED, none tried again alone', async () => {
     const gone = openPostgresStore({ url: 'postgres://postgres@127.0.0.1:1/none', poolSize: 2 });
     let transactions = 0;

@@ -5,7 +5,7 @@
  */
 import type pg from 'pg';
 import type { Container } from '../../../protocol/container.js';
-import { ownerOf } from '../../../protocol/container.js';
+import { baseKeyOf, ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
 import type { HistoryDbRow, MessageDbRow } from '../rows.js';
@@ -81,7 +81,16 @@ type BatchInput = StorePairInput | StoreCopyInput;
 
 const isPair = (input: BatchInput): input is StorePairInput => 'outgoing' in input;
 const copiesOf = (input: BatchInput): Container[] => (isPair(input) ? [input.outgoing, input.incoming] : [input.copy]);
-const ownersOf = (input: BatchInput): string[] => copiesOf(input).map(ownerOf);
+
+/**
+ * A text copy (type 1 or 2) reads only facts that no other text copy of its owner with another base key
+ * writes (rules.planCopy), and writes only its own row: several of one owner can share a batch.
+ */
+const isPlain = (c: Container): boolean => c.messageType === 1 || c.messageType === 2;
+
+/** Whether copy c can join a batch where its owner has `here` (undefined: nothing yet). */
+const canShare = (here: Set<string> | null | undefined, c: Container): boolean =>
+  here === undefined || (here !== null && isPlain(c) && !here.has(baseKeyOf(c)));
 
 export class PgMessageStore implements MessageStore {
   private pending: Job[] = [];
@@ -98,8 +107,9 @@ export class PgMessageStore implements MessageStore {
    * once in login order, reads every copy's facts in one statement and writes every new row in one more,
    * so a batch costs four round trips and one commit where each call cost as much (docs/performance.md).
    * At most two batches are in flight; calls made meanwhile wait and form the next ones (at most
-   * MAX_PENDING, then 503 OVERLOADED). A batch holds no owner twice and none of a batch in flight, so one
-   * call cannot change another's facts and no batch waits on another's lock in this process. If a batch
+   * MAX_PENDING, then 503 OVERLOADED). A batch holds an owner twice only in text copies of different
+   * messages, none of a batch in flight, and an owner's calls in the order asked, so one call cannot change
+   * another's facts and no batch waits on another's lock in this process. If a batch
    * fails (other than with 503 OVERLOADED, which fails all), each of its calls is stored again on its
    * own, so only a call that fails alone answers with its error.
    */
@@ -129,24 +139,39 @@ export class PgMessageStore implements MessageStore {
   private flush(): void {
     this.scheduled = false;
     while (this.pending.length > 0 && this.batchesInFlight < BATCHES_IN_FLIGHT) {
-      const owners = new Set<string>();
+      // An owner's plain copies in the batch (their base keys), or null once it has any other copy there.
+      const inBatch = new Map<string, Set<string> | null>();
+      // Owners with a call left for a later batch: their later calls wait too, so each is stored in order.
+      const waiting = new Set<string>();
       const batch: Job[] = [];
       const later: Job[] = [];
       for (const job of this.pending) {
-        const mine = ownersOf(job.input);
+        const copies = copiesOf(job.input);
         const fits =
           batch.length < MAX_BATCH &&
           !(job.alone && batch.length > 0) &&
           !batch[0]?.alone &&
-          !mine.some((o) => owners.has(o) || this.busyOwners.has(o));
+          copies.every((c) => {
+            const o = ownerOf(c);
+            return !this.busyOwners.has(o) && !waiting.has(o) && canShare(inBatch.get(o), c);
+          });
         if (fits) {
           batch.push(job);
-          for (const o of mine) owners.add(o);
-        } else later.push(job);
+          for (const c of copies) {
+            const o = ownerOf(c);
+            const keys = inBatch.get(o);
+            if (!isPlain(c)) inBatch.set(o, null);
+            else if (keys) keys.add(baseKeyOf(c));
+            else inBatch.set(o, new Set([baseKeyOf(c)]));
+          }
+        } else {
+          later.push(job);
+          for (const c of copies) waiting.add(ownerOf(c));
+        }
       }
       if (batch.length === 0) return;
       this.pending = later;
-      void this.storeBatch(batch, [...owners]);
+      void this.storeBatch(batch, [...inBatch.keys()]);
     }
   }
 
