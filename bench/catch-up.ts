@@ -11,10 +11,13 @@
  * an hour ago and never delivered (failed at the source, filed as failed by the puller, no re-send), so
  * two signature checks per event and no receipt.
  *
+ * BENCH_DB=postgres runs both servers on PostgreSQL instead, each on a fresh database of its own with
+ * synchronous_commit on (printed).
+ *
  * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL),
- * BENCH_PROOFS (1).
+ * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite).
  */
-import { machine } from './lib/machine.js';
+import { machine, postgresDurability } from './lib/machine.js';
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -25,7 +28,10 @@ import { signProfile } from '../src/protocol/identity.js';
 import { messageKeyOf } from '../src/protocol/container.js';
 import { receiptFor } from '../src/server/delivery/receipts.js';
 import { keyFromSeed } from '../src/server/keys.js';
+import { openPostgresStore } from '../src/server/store/postgres/store.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
+import type { Store } from '../src/server/store/types.js';
+import { TEST_DB_POOL_SIZE, freshTestDb } from '../test/helpers/test-db.js';
 import { connectRaw } from '../test/helpers/raw-client.js';
 import { pairOf, seedB64For, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
@@ -34,6 +40,7 @@ const EVENTS = Number(process.env.BENCH_EVENTS ?? 200_000);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
 const PROOFS = process.env.BENCH_PROOFS !== '0';
 const CHECKS = PROOFS ? 3 : 2;
+const DB = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const OWNER = 'alice';
 const SOURCE = 'source';
 const PULLER = 'puller';
@@ -81,9 +88,17 @@ const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 
 const sourceDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-source-'));
 const pullerDir = mkdtempSync(join(os.tmpdir(), 'shine-bench-puller-'));
 const [sourcePort, pullerPort] = await Promise.all([freePort(), freePort()]);
+// SQLite: shine.sqlite in each one's directory; PostgreSQL: a database each that waits for the WAL flush.
+const [sourceDb, pullerDb] = await Promise.all(
+  [sourceDir, pullerDir].map((dir) => freshTestDb(dir, DB, { durable: true })),
+);
+const openBenchStore = (url: string): Store =>
+  DB === 'sqlite'
+    ? openSqliteStore({ path: url.slice('sqlite:'.length), sync: SYNC })
+    : openPostgresStore({ url, poolSize: TEST_DB_POOL_SIZE });
 const buildStarted = performance.now();
 {
-  const store = openSqliteStore({ path: join(sourceDir, 'shine.sqlite'), sync: SYNC });
+  const store = openBenchStore(sourceDb!.url);
   await store.migrate();
   await store.directory.putUser(profile, 'local', Date.now());
   const base = Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000);
@@ -125,7 +140,7 @@ await using puller = await startServerProcess({
     ...common,
     SHINE_SERVER_LOGIN: PULLER,
     SHINE_DATA_DIR: pullerDir,
-    SHINE_DB: `sqlite:${join(pullerDir, 'shine.sqlite')}`,
+    SHINE_DB: pullerDb!.url,
     SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
     SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws`,
   },
@@ -141,7 +156,7 @@ await using source = await startServerProcess({
     SHINE_SERVER_LOGIN: SOURCE,
     SHINE_SERVER_KEY_SEED_B64: seedB64For(SOURCE),
     SHINE_DATA_DIR: sourceDir,
-    SHINE_DB: `sqlite:${join(sourceDir, 'shine.sqlite')}`,
+    SHINE_DB: sourceDb!.url,
     SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws`,
   },
 });
@@ -162,7 +177,7 @@ const eventsPerSec = EVENTS / seconds;
 // leaves it accepted), or failed.
 let wrongState: number;
 {
-  const store = openSqliteStore({ path: join(pullerDir, 'shine.sqlite'), sync: SYNC });
+  const store = openBenchStore(pullerDb!.url);
   const states = await store.delivery.countDeliveriesByState();
   await store.close();
   wrongState = EVENTS - states[PROOFS ? 'delivered' : 'failed'];
@@ -178,7 +193,13 @@ console.log(
       ...machine(),
       loadAvg1mBefore: loadBefore,
     },
-    durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
+    db: DB,
+    durability:
+      DB === 'postgres'
+        ? await postgresDurability(pullerDb!.url)
+        : SYNC === 'full'
+          ? 'WAL+synchronous=FULL'
+          : 'WAL+synchronous=NORMAL',
     events: EVENTS,
     event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes) ${PROOFS ? 'delivered with a receipt' : 'never delivered, no receipt'}: ${CHECKS} signature checks`,
     buildSeconds: Number(buildSeconds.toFixed(1)),
@@ -204,5 +225,6 @@ console.log(
 );
 await source.close();
 await puller.close();
+await Promise.all([sourceDb!.drop(), pullerDb!.drop()]);
 rmSync(sourceDir, { recursive: true, force: true });
 rmSync(pullerDir, { recursive: true, force: true });
