@@ -79,7 +79,10 @@ const history = (store: Store, owner: string, peer: string, limit = 100) =>
   store.messages.getDirectMessages({ owner, peer, beforeTimeMs: 0, beforeMessageKey: '', limit });
 
 /** Every DM outbox row of owner, without acknowledging any. */
-async function outbox(store: Store, owner: string): Promise<{ syncId: string; storedAtMs: number }[]> {
+export async function outbox(
+  store: Store,
+  owner: string,
+): Promise<{ syncId: string; storedAtMs: number; primaryMessageKey: string }[]> {
   const page = await store.replication.dmSyncPage({
     owner,
     ackSyncIds: [],
@@ -88,7 +91,11 @@ async function outbox(store: Store, owner: string): Promise<{ syncId: string; st
     limit: 10_000,
     maxBytes: 1 << 30,
   });
-  return page.items.map((i) => ({ syncId: i.syncId, storedAtMs: i.storedAtMs }));
+  return page.items.map((i) => ({
+    syncId: i.syncId,
+    storedAtMs: i.storedAtMs,
+    primaryMessageKey: i.primaryMessageKey,
+  }));
 }
 
 function profile(login: string, accessServers: string[], version = 1): UserProfile {

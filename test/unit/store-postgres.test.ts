@@ -16,7 +16,7 @@ import { openPostgresStore } from '../../src/server/store/postgres/store.js';
 import type { Store } from '../../src/server/store/types.js';
 import type { PairSpec } from '../helpers/containers.js';
 import { testPair } from '../helpers/containers.js';
-import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import { outbox, putPair, storeContract, T0 } from '../helpers/store-contract.js';
 import type { TestDb } from '../helpers/test-db.js';
 import { freshTestDb, queryTestDb } from '../helpers/test-db.js';
 
@@ -41,6 +41,21 @@ after(async () => {
   await db?.drop();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** The texts of the statements fn's calls ran outside transactions (PgDb.query), and fn's value. */
+async function statementsOf<T>(store: PostgresStore, fn: () => Promise<T>): Promise<{ texts: string[]; value: T }> {
+  const texts: string[] = [];
+  const query = store.db.query.bind(store.db);
+  store.db.query = ((text: string | pg.QueryConfig, values?: unknown[]) => {
+    texts.push(typeof text === 'string' ? text : text.text);
+    return query(text, values);
+  }) as typeof store.db.query;
+  try {
+    return { texts, value: await fn() };
+  } finally {
+    store.db.query = query;
+  }
+}
 
 let shared: PostgresStore | undefined;
 
@@ -407,16 +422,8 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     assert.equal(again.outcome, 'unchanged');
     for (const copy of copies) {
       assert.ok(await store.messages.getCopy(messageKeyOf(copy)));
-      const page = await store.replication.dmSyncPage({
-        owner: copy.toLogin,
-        ackSyncIds: [],
-        afterStoredAtMs: -1,
-        afterKey: '',
-        limit: 10,
-        maxBytes: 1 << 20,
-      });
       assert.deepEqual(
-        page.items.map((i) => i.primaryMessageKey),
+        (await outbox(store, copy.toLogin)).map((i) => i.primaryMessageKey),
         [messageKeyOf(copy)],
         'its outbox row, once',
       );
@@ -428,19 +435,10 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
     await Promise.all(specs.map((spec) => putPair(store, spec, { ...local(spec.from, spec.to), delivery: accepted })));
     const keys = specs.map((spec) => messageKeyOf(testPair(spec).outgoing));
-    const texts: string[] = [];
-    const query = store.db.query.bind(store.db);
-    store.db.query = ((text: string | pg.QueryConfig, values?: unknown[]) => {
-      texts.push(typeof text === 'string' ? text : text.text);
-      return query(text, values);
-    }) as typeof store.db.query;
     const rev = { revisionTimeMs: 0, reencryptedAtMs: 0 };
-    let marks: boolean[];
-    try {
-      marks = await Promise.all([...keys, keys[0]!].map((k) => store.delivery.markDelivered(k, rev, T0 + 1, null)));
-    } finally {
-      store.db.query = query;
-    }
+    const { texts, value: marks } = await statementsOf(store, () =>
+      Promise.all([...keys, keys[0]!].map((k) => store.delivery.markDelivered(k, rev, T0 + 1, null))),
+    );
     assert.deepEqual(marks, [true, true, true, true, true, true, false]);
     assert.equal(texts.filter((t) => t.includes('UPDATE dm_delivery_state')).length, 2);
   });
@@ -523,18 +521,10 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
   });
 
   it('the push subscriptions of the owners asked for in one turn are read in one statement', async () => {
-    const texts: string[] = [];
-    const query = store.db.query.bind(store.db);
-    store.db.query = ((text: string | pg.QueryConfig, values?: unknown[]) => {
-      texts.push(typeof text === 'string' ? text : text.text);
-      return query(text, values);
-    }) as typeof store.db.query;
-    try {
-      const lists = await Promise.all(['sub-a', 'sub-b', 'sub-c', 'sub-a'].map((o) => store.push.subscriptionsOf(o)));
-      assert.deepEqual(lists, [[], [], [], []]);
-    } finally {
-      store.db.query = query;
-    }
+    const { texts, value: lists } = await statementsOf(store, () =>
+      Promise.all(['sub-a', 'sub-b', 'sub-c', 'sub-a'].map((o) => store.push.subscriptionsOf(o))),
+    );
+    assert.deepEqual(lists, [[], [], [], []]);
     assert.equal(texts.filter((t) => t.includes('FROM push_subscriptions')).length, 1);
   });
 
