@@ -92,6 +92,49 @@ const isPlain = (c: Container): boolean => c.messageType === 1 || c.messageType 
 const canShare = (here: Set<string> | null | undefined, c: Container): boolean =>
   here === undefined || (here !== null && isPlain(c) && !here.has(baseKeyOf(c)));
 
+/**
+ * The next batch of the waiting calls, in the order asked: at most MAX_BATCH, none of an owner in `busy`
+ * (a batch in flight), an owner twice only in text copies of different messages (canShare), and none of
+ * an owner one of whose earlier calls waits, so each owner's calls are stored in the order asked. A call
+ * stored alone (its batch failed) goes in a batch of its own.
+ */
+function nextBatch(
+  pending: readonly Job[],
+  busy: ReadonlySet<string>,
+): { batch: Job[]; later: Job[]; owners: string[] } {
+  // An owner's plain copies in the batch (their base keys), or null once it has any other copy there.
+  const inBatch = new Map<string, Set<string> | null>();
+  // Owners with a call left for a later batch.
+  const waiting = new Set<string>();
+  const batch: Job[] = [];
+  const later: Job[] = [];
+  for (const job of pending) {
+    const copies = copiesOf(job.input);
+    const fits =
+      batch.length < MAX_BATCH &&
+      !(job.alone && batch.length > 0) &&
+      !batch[0]?.alone &&
+      copies.every((c) => {
+        const o = ownerOf(c);
+        return !busy.has(o) && !waiting.has(o) && canShare(inBatch.get(o), c);
+      });
+    if (fits) {
+      batch.push(job);
+      for (const c of copies) {
+        const o = ownerOf(c);
+        const keys = inBatch.get(o);
+        if (!isPlain(c)) inBatch.set(o, null);
+        else if (keys) keys.add(baseKeyOf(c));
+        else inBatch.set(o, new Set([baseKeyOf(c)]));
+      }
+    } else {
+      later.push(job);
+      for (const c of copies) waiting.add(ownerOf(c));
+    }
+  }
+  return { batch, later, owners: [...inBatch.keys()] };
+}
+
 export class PgMessageStore implements MessageStore {
   private pending: Job[] = [];
   private scheduled = false;
@@ -105,7 +148,8 @@ export class PgMessageStore implements MessageStore {
    * Pairs of two owners, and single copies (storeCopy: a federated recipient's copy, a forwarded one, a
    * catch-up page's), are stored in batches (group commit): one transaction takes the owners' locks at
    * once in login order, reads every copy's facts in one statement and writes every new row in one more,
-   * so a batch costs four round trips and one commit where each call cost as much (docs/performance.md).
+   * so a batch costs two round trips (PgDb.pipelinedTx) and one commit where each call cost as much
+   * (docs/performance.md).
    * At most two batches are in flight; calls made meanwhile wait and form the next ones (at most
    * MAX_PENDING, then 503 OVERLOADED). A batch holds an owner twice only in text copies of different
    * messages, none of a batch in flight, and an owner's calls in the order asked, so one call cannot change
@@ -139,39 +183,10 @@ export class PgMessageStore implements MessageStore {
   private flush(): void {
     this.scheduled = false;
     while (this.pending.length > 0 && this.batchesInFlight < BATCHES_IN_FLIGHT) {
-      // An owner's plain copies in the batch (their base keys), or null once it has any other copy there.
-      const inBatch = new Map<string, Set<string> | null>();
-      // Owners with a call left for a later batch: their later calls wait too, so each is stored in order.
-      const waiting = new Set<string>();
-      const batch: Job[] = [];
-      const later: Job[] = [];
-      for (const job of this.pending) {
-        const copies = copiesOf(job.input);
-        const fits =
-          batch.length < MAX_BATCH &&
-          !(job.alone && batch.length > 0) &&
-          !batch[0]?.alone &&
-          copies.every((c) => {
-            const o = ownerOf(c);
-            return !this.busyOwners.has(o) && !waiting.has(o) && canShare(inBatch.get(o), c);
-          });
-        if (fits) {
-          batch.push(job);
-          for (const c of copies) {
-            const o = ownerOf(c);
-            const keys = inBatch.get(o);
-            if (!isPlain(c)) inBatch.set(o, null);
-            else if (keys) keys.add(baseKeyOf(c));
-            else inBatch.set(o, new Set([baseKeyOf(c)]));
-          }
-        } else {
-          later.push(job);
-          for (const c of copies) waiting.add(ownerOf(c));
-        }
-      }
+      const { batch, later, owners } = nextBatch(this.pending, this.busyOwners);
       if (batch.length === 0) return;
       this.pending = later;
-      void this.storeBatch(batch, [...inBatch.keys()]);
+      void this.storeBatch(batch, owners);
     }
   }
 
