@@ -57,8 +57,13 @@ function ownerLocks(owners: readonly string[]): string {
   );
 }
 
-/** Calls (pairs or copies) a transaction stores at most (docs/performance.md): their owners' locks are all taken at its start. */
-const MAX_BATCH = 32;
+/** Owners a transaction locks at most (32 pairs' worth, docs/performance.md): their locks are all taken at its start. */
+const MAX_BATCH_OWNERS = 64;
+/**
+ * Calls (pairs or copies) a transaction stores at most. Past 32 pairs only where owners repeat: a catch-up
+ * page is one owner's, a busy sender's pairs share the sender.
+ */
+const MAX_BATCH = 256;
 /**
  * Batches of pairs in flight at once: while one commits, the next forms and runs. More in flight made each
  * smaller and cost the database more per pair (docs/performance.md, 1, 2, 3, 4 and 10 measured); the pool's
@@ -93,8 +98,8 @@ const canShare = (here: Set<string> | null | undefined, c: Container): boolean =
   here === undefined || (here !== null && isPlain(c) && !here.has(baseKeyOf(c)));
 
 /**
- * The next batch of the waiting calls, in the order asked: at most MAX_BATCH, none of an owner in `busy`
- * (a batch in flight), an owner twice only in text copies of different messages (canShare), and none of
+ * The next batch of the waiting calls, in the order asked: at most MAX_BATCH calls of MAX_BATCH_OWNERS
+ * owners, none of an owner in `busy` (a batch in flight), an owner twice only in text copies of different messages (canShare), and none of
  * an owner one of whose earlier calls waits, so each owner's calls are stored in the order asked. A call
  * stored alone (its batch failed) goes in a batch of its own.
  */
@@ -110,8 +115,10 @@ function nextBatch(
   const later: Job[] = [];
   for (const job of pending) {
     const copies = copiesOf(job.input);
+    const newOwners = copies.filter((c) => !inBatch.has(ownerOf(c))).length;
     const fits =
       batch.length < MAX_BATCH &&
+      inBatch.size + newOwners <= MAX_BATCH_OWNERS &&
       !(job.alone && batch.length > 0) &&
       !batch[0]?.alone &&
       copies.every((c) => {
