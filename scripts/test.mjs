@@ -9,7 +9,8 @@
 // SHINE_TEST_TIMEOUT_MS (default 120000) is the time each test file gets (npm run chaos needs more).
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 
@@ -121,6 +122,8 @@ try {
     if (second !== 0) status = second;
   }
 } finally {
+  // The ports the run's files claimed (test/helpers/server-process.ts, freePort).
+  rmSync(join(tmpdir(), `shine-test-ports-${run}`), { recursive: true, force: true });
   await dropLeftovers();
 }
 process.exit(interrupted ? 130 : status);

@@ -1,7 +1,7 @@
 /** Starts `shine serve` as a separate process on a loopback port (fault tests kill it; benchmarks measure it). */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,13 +54,33 @@ export interface ServerProcess {
  * ephemeral one, and between this probe and the server's own listen (or while a test has the server
  * stopped) the kernel may hand that port out as the source port of some outgoing connection, and the
  * server would fail with EADDRINUSE.
+ *
+ * Test files run two at a time, and one file's probe cannot see a port another file has picked but not
+ * yet bound (or has stopped its server on, to start it again). Under scripts/test.mjs (SHINE_TEST_RUN set)
+ * a port is therefore claimed for the whole run first: a file made with O_EXCL in a folder of the run's,
+ * which test.mjs removes at the end. A claimed port is never handed out twice in one run.
  */
 export async function freePort(): Promise<number> {
   for (let tries = 0; tries < 50; tries++) {
     const port = 20_000 + Math.floor(Math.random() * 12_000);
-    if (await canListen(port)) return port;
+    if (claimForRun(port) && (await canListen(port))) return port;
   }
   throw new Error('no free loopback port found below the ephemeral range');
+}
+
+function claimForRun(port: number): boolean {
+  const run = process.env.SHINE_TEST_RUN;
+  if (!run) return true;
+  // scripts/test.mjs removes this folder when the run ends; the name is spelled the same there.
+  const dir = join(tmpdir(), `shine-test-ports-${run}`);
+  mkdirSync(dir, { recursive: true });
+  try {
+    closeSync(openSync(join(dir, String(port)), 'wx'));
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw err;
+  }
 }
 
 function canListen(port: number): Promise<boolean> {
