@@ -14,7 +14,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { BuiltPair, ShineClient } from '../../src/client/index.js';
+import type { BuiltPair, Identity, ShineClient } from '../../src/client/index.js';
 import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
@@ -103,14 +103,14 @@ interface GcKindPauses {
 /** Young-generation collections (scavenges) and full mark-compact collections. */
 type GcPauses = { minor: GcKindPauses; major: GcKindPauses };
 
-const DELIVERY_DEADLINE_MS = 60_000;
-
 /** When each pair was sent and when its sender learnt it was delivered. */
-class Tracker {
+export class Tracker {
   private readonly sentAt = new Map<string, number>();
   private readonly deliveredAt = new Map<string, number>();
   private waiter: (() => void) | null = null;
   readonly errors: Record<string, number> = {};
+
+  constructor(private readonly deadlineMs = 60_000) {}
 
   sent(key: string): void {
     this.sentAt.set(key, performance.now());
@@ -132,10 +132,8 @@ class Tracker {
       this.waiter = resolve;
       if (this.deliveredAt.size >= this.sentAt.size) resolve();
     });
-    const timeout = sleep(DELIVERY_DEADLINE_MS).then(() => {
-      throw new Error(
-        `only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${DELIVERY_DEADLINE_MS} ms`,
-      );
+    const timeout = sleep(this.deadlineMs).then(() => {
+      throw new Error(`only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${this.deadlineMs} ms`);
     });
     await Promise.race([all, timeout]);
     return Math.max(...this.deliveredAt.values());
@@ -149,13 +147,18 @@ class Tracker {
     }));
   }
 
+  /** When each delivered pair was delivered (performance.now()), ascending. */
+  deliveredTimes(): number[] {
+    return ascending([...this.deliveredAt.values()]);
+  }
+
   latenciesMs(): number[] {
     return ascending(this.timings().map((t) => t.ms));
   }
 }
 
 /** Sends one pair and records its answer; a `delivered` answer counts as the delivery. */
-async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {
+export async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {
   const key = messageKeyOf(pair.outgoing);
   tracker.sent(key);
   try {
@@ -264,14 +267,32 @@ function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number):
   return byServer(servers, (s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
 }
 
-/** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */
-export async function runFederatedSend(opts: FederatedSendOptions): Promise<FederatedSendResult> {
-  const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
+/** A (`alpha`) and B (`beta`) as the federated benches run them, with what they need to report and stop. */
+export interface BenchServers {
+  a: ServerProcess;
+  b: ServerProcess;
+  servers: ServerProcess[];
+  /** On PostgreSQL, each server's database URL (empty on SQLite). */
+  dbUrls: string[];
+  /** The durability line of the bench's JSON. */
+  durability(): Promise<string>;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts A and B on loopback (SHINE_SERVER_LOGIN alpha and beta, each the other's peer) with the
+ * per-connection rate limit lifted and `config` added to their config file; on PostgreSQL each on a fresh
+ * database of its own that waits for the WAL flush at each commit.
+ */
+export async function startBenchServers(opts: {
+  sync: 'full' | 'normal';
+  db?: 'sqlite' | 'postgres';
+  config?: Record<string, unknown>;
+  env?: Record<string, string>;
+}): Promise<BenchServers> {
   const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
-  writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
-  const tail = opts.tail ? startTailRecording() : null;
+  writeFileSync(configFile, JSON.stringify({ ...UNLIMITED_RATE, ...opts.config }));
   const kind = opts.db ?? 'sqlite';
-  // On PostgreSQL each server gets a database of its own that waits for the WAL flush at each commit.
   const dbs =
     kind === 'postgres'
       ? await Promise.all([0, 1].map(() => freshTestDb(dirname(configFile), 'postgres', { durable: true })))
@@ -282,16 +303,72 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       { serverLogin: 'alpha', env: dbEnv(0) },
       { serverLogin: 'beta', env: dbEnv(1) },
     ],
-    { SHINE_SQLITE_SYNC: opts.sync, SHINE_CONFIG_FILE: configFile, ...tail?.serverEnv },
+    { SHINE_SQLITE_SYNC: opts.sync, SHINE_CONFIG_FILE: configFile, ...opts.env },
   ).catch(async (err: unknown) => {
     await Promise.all(dbs.map((d) => d.drop()));
     throw err;
   });
-  const [a, b] = servers as [ServerProcess, ServerProcess];
+  return {
+    a: servers[0]!,
+    b: servers[1]!,
+    servers,
+    dbUrls: dbs.map((d) => d.url),
+    durability: async () =>
+      kind === 'postgres'
+        ? `PostgreSQL ${await postgresDurability(dbs[0]!.url)} (both servers)`
+        : opts.sync === 'full'
+          ? 'SQLite WAL + synchronous=FULL (both servers)'
+          : 'SQLite WAL + synchronous=NORMAL (both servers)',
+    close: async () => {
+      await Promise.all(servers.map((s) => s.close()));
+      await Promise.all(dbs.map((d) => d.drop()));
+    },
+  };
+}
+
+/** alice<i> (senders, on A) and bob<i> (recipients, on B). */
+export function benchUsers(n: number): { senders: Identity[]; recipients: Identity[] } {
+  return {
+    senders: Array.from({ length: n }, (_, i) => createIdentity(`alice${i}`)),
+    recipients: Array.from({ length: n }, (_, i) => createIdentity(`bob${i}`)),
+  };
+}
+
+/**
+ * Registers each bob on B, connects each alice to A (their clients, in order) with every `delivered` event
+ * passed to onDelivered, and sends one warm-up message from each alice to her bob: A imports each bob's
+ * profile, B each alice's, and the server-to-server socket opens.
+ */
+export async function connectBenchUsers(
+  { a, b }: Pick<BenchServers, 'a' | 'b'>,
+  { senders, recipients }: { senders: Identity[]; recipients: Identity[] },
+  onDelivered: (outgoingKey: string) => void,
+): Promise<ShineClient[]> {
   const clients: ShineClient[] = [];
   try {
-    const senders = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`alice${i}`));
-    const recipients = Array.from({ length: CLIENTS }, (_, i) => createIdentity(`bob${i}`));
+    for (const bob of recipients) clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bench'));
+    for (const c of clients.splice(0)) await c.close();
+    for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
+    for (const c of clients)
+      c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && onDelivered(e.outgoingKey));
+    await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
+    return clients;
+  } catch (err) {
+    await Promise.all(clients.map((c) => c.close()));
+    throw err;
+  }
+}
+
+/** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */
+export async function runFederatedSend(opts: FederatedSendOptions): Promise<FederatedSendResult> {
+  const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
+  const tail = opts.tail ? startTailRecording() : null;
+  const kind = opts.db ?? 'sqlite';
+  const started = await startBenchServers({ sync: opts.sync, db: kind, ...(tail ? { env: tail.serverEnv } : {}) });
+  const { a, b, servers } = started;
+  let clients: ShineClient[] = [];
+  try {
+    const { senders, recipients } = benchUsers(CLIENTS);
     // Signing and encryption are the clients' work: all done before the clocks start, and before the
     // senders connect (building many pairs blocks this process longer than the servers wait for a pong).
     const base = Date.now() - 60_000;
@@ -306,21 +383,14 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const total = RATE * SECONDS;
     const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
 
-    for (const bob of recipients) clients.push(await connectIdentity(b.wsUrl, bob, ['beta'], 'bench'));
-    for (const c of clients.splice(0)) await c.close();
-    for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
-
     let tracker = new Tracker();
-    for (const c of clients)
-      c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && tracker.delivered(e.outgoingKey));
-    // Warm-up: A imports each bob's profile, B each alice's, and the server-to-server socket opens.
-    await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
+    clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));
 
     // 1. Throughput until delivered.
     let cpu0 = servers.map((s) => s.cpuMs());
     const sys0 = servers.map((s) => syscallCounts(s.pid));
     const commits0 = await Promise.all(servers.map(serverStats));
-    const dbCpu = await backendCpuMeter(dbs.map((d) => d.url));
+    const dbCpu = await backendCpuMeter(started.dbUrls);
     dbCpu.mark();
     let t0 = performance.now();
     await Promise.all(
@@ -405,12 +475,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     };
 
     return {
-      durability:
-        kind === 'postgres'
-          ? `PostgreSQL ${await postgresDurability(dbs[0]!.url)} (both servers)`
-          : opts.sync === 'full'
-            ? 'SQLite WAL + synchronous=FULL (both servers)'
-            : 'SQLite WAL + synchronous=NORMAL (both servers)',
+      durability: await started.durability(),
       db: kind,
       sqliteWriter: kind === 'sqlite' ? sqliteWriter() : null,
       throughput,
@@ -419,8 +484,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     };
   } finally {
     await Promise.all(clients.map((c) => c.close()));
-    await Promise.all(servers.map((s) => s.close()));
-    await Promise.all(dbs.map((d) => d.drop()));
+    await started.close();
     tail?.stop();
   }
 }

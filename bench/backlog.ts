@@ -1,0 +1,153 @@
+/**
+ * The delivery backlog after an outage (docs/protocol.md §6.4–6.6): alice<i>@A → bob<i>@B while B is down,
+ * then B comes back and A's worker delivers everything it kept. Prints one JSON line with
+ *  - accepting: the pairs A took while B was down (each answered `accepted`), pairs/s and answer p50/p99;
+ *  - drain: from B's restart until the sender learnt the last pair was `delivered` (DmDeliveryStateChanged):
+ *    how long A took to notice B (first delivery), pairs/s from the first delivery to the last, and A's and
+ *    B's CPU meanwhile.
+ *
+ * A notices B's return by its background redial, whose backoff is capped at s2sTimeoutMs, and wakes only
+ * the rows accepted more than three call timeouts ago (§6.6); so both servers run with s2sTimeoutMs
+ * BENCH_S2S_TIMEOUT_MS (5000) and B stays down until three of them after the last answer. While B is down
+ * each answer waits for its first attempt's call, up to firstAttemptWaitMs: BENCH_FIRST_WAIT_MS (200) keeps
+ * that phase short. The retry schedule is the default (the second attempt 30 s after acceptance, which
+ * rows accepted early meet while B is still down), so the deliveries here are the worker's attempts after
+ * the wake-up. Durability: SQLite WAL + synchronous=FULL on both servers (BENCH_SYNC=normal
+ * for NORMAL); BENCH_DB=postgres runs both on PostgreSQL, each on a fresh database with synchronous_commit
+ * on (printed).
+ *
+ * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
+ * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_FIRST_WAIT_MS (200).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { BuiltPair, ShineClient } from '../src/client/index.js';
+import { ShineClientError, textPair } from '../src/client/index.js';
+import { messageKeyOf } from '../src/protocol/container.js';
+import { Tracker, benchUsers, connectBenchUsers, startBenchServers } from './lib/federated-load.js';
+import { machine, sqliteWriter } from './lib/machine.js';
+import { ascending, pct } from './lib/percentile.js';
+
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 250);
+const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
+const S2S_TIMEOUT_MS = Number(process.env.BENCH_S2S_TIMEOUT_MS ?? 5000);
+const FIRST_WAIT_MS = Number(process.env.BENCH_FIRST_WAIT_MS ?? 200);
+const db = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
+const total = CLIENTS * PAIRS;
+
+/** How many of the times (ms from some start) fall in each second from it. */
+function perSecond(ms: number[]): number[] {
+  const out: number[] = [];
+  for (const t of ms) {
+    const s = Math.floor(t / 1000);
+    while (out.length <= s) out.push(0);
+    out[s]!++;
+  }
+  return out;
+}
+
+const started = await startBenchServers({
+  sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
+  db,
+  config: { s2sTimeoutMs: S2S_TIMEOUT_MS, firstAttemptWaitMs: FIRST_WAIT_MS },
+});
+const { a, b } = started;
+let clients: ShineClient[] = [];
+try {
+  const users = benchUsers(CLIENTS);
+  const base = Date.now() - 60_000;
+  const pairs: BuiltPair[][] = users.senders.map((alice, i) =>
+    Array.from({ length: PAIRS }, (_, k) =>
+      textPair(
+        alice,
+        { login: users.recipients[i]!.login, encKey: users.recipients[i]!.encPublicKey },
+        `message ${k} from alice${i}`,
+        { timeMs: base + k },
+      ),
+    ),
+  );
+  // The drain may take minutes where the worker is slow: its deadline is generous.
+  const tracker = new Tracker(600_000);
+  clients = await connectBenchUsers(started, users, (key) => tracker.delivered(key));
+
+  // 1. B goes down; A accepts every pair and keeps it.
+  await b.kill('SIGTERM');
+  const answerMs: number[] = [];
+  const states: Record<string, number> = {};
+  const t0 = performance.now();
+  await Promise.all(
+    clients.map(async (c, i) => {
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < PAIRS) {
+          const pair = pairs[i]![next++]!;
+          tracker.sent(messageKeyOf(pair.outgoing));
+          const sentAt = performance.now();
+          try {
+            const answer = await c.request('SendMessagePair', {
+              incomingBlobB64: pair.incomingBlobB64,
+              outgoingBlobB64: pair.outgoingBlobB64,
+            });
+            states[answer.deliveryState] = (states[answer.deliveryState] ?? 0) + 1;
+          } catch (err) {
+            tracker.failed(err instanceof ShineClientError ? err.code : String(err));
+            tracker.delivered(messageKeyOf(pair.outgoing)); // counted as an error, not waited for
+          }
+          answerMs.push(performance.now() - sentAt);
+        }
+      };
+      await Promise.all(Array.from({ length: WINDOW }, lane));
+    }),
+  );
+  const acceptMs = performance.now() - t0;
+  const answers = ascending(answerMs);
+  // A wakes only rows accepted more than three call timeouts before it noticed B (docs/protocol.md §6.6).
+  await sleep(3 * S2S_TIMEOUT_MS + 500);
+
+  // 2. B is back: A notices it and its worker delivers the backlog.
+  await b.restart();
+  const t1 = performance.now();
+  const [cpuA0, cpuB0] = [a.cpuMs(), b.cpuMs()];
+  const last = await tracker.allDelivered();
+  const delivered = tracker.deliveredTimes().filter((t) => t >= t1);
+  const first = delivered[0] ?? last;
+  const drainMs = Math.max(1, last - first);
+  const round1 = (x: number): number => Number(x.toFixed(1));
+  console.log(
+    JSON.stringify({
+      bench: 'backlog',
+      date: new Date().toISOString(),
+      machine: machine(),
+      durability: await started.durability(),
+      db,
+      sqliteWriter: db === 'sqlite' ? sqliteWriter() : null,
+      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS} on both, default retry schedule and worker; B killed (SIGTERM) before the sends and restarted ${3 * S2S_TIMEOUT_MS + 500} ms after the last answer`,
+      clients: CLIENTS,
+      window: WINDOW,
+      pairs: total,
+      accepting: {
+        pairsPerSec: Math.round(total / (acceptMs / 1000)),
+        answerMsP50: pct(answers, 0.5),
+        answerMsP99: pct(answers, 0.99),
+        answers: states,
+        errors: tracker.errors,
+      },
+      drain: {
+        deliveredAfterRestart: delivered.length,
+        firstDeliveryAfterRestartMs: round1(first - t1),
+        seconds: round1(drainMs / 1000),
+        pairsPerSec: Math.round(delivered.length / (drainMs / 1000)),
+        secondsFromRestart: round1((last - t1) / 1000),
+        /** Pairs delivered in each second after the restart. */
+        deliveredPerSecond: perSecond(delivered.map((t) => t - t1)),
+        cpuPercentOfOneCore: {
+          A: Math.round(((a.cpuMs() - cpuA0) / (last - t1)) * 100),
+          B: Math.round(((b.cpuMs() - cpuB0) / (last - t1)) * 100),
+        },
+      },
+    }),
+  );
+} finally {
+  await Promise.all(clients.map((c) => c.close()));
+  await started.close();
+}
