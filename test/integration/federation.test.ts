@@ -212,6 +212,32 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.ok((await history(b1, 'alice')).some((i) => i.messageKey === m.incomingKey));
   });
 
+  it('a backlog larger than the worker’s queue is attempted in one tick: the next pass comes as the queue runs low', async () => {
+    // alpha's clock moves by hand: one worker tick fires, and no other until the test ends. The queue holds
+    // 4 rows and the pool runs 2 at once, so 12 due rows need three passes.
+    const clock = new ManualClock(Date.now());
+    const tiny: NetworkServerSpec = { clock, workerTickMs: 1000, deliveryQueueSize: 4, deliveryPoolSize: 2 };
+    await using net = await startNetwork({ federate: true, servers: [server('alpha', tiny), server('beta')] });
+    const alpha = net.servers[0]!;
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    await net.stop(1);
+    // Sent together, their first attempts share alpha's one failed dial (a later call would wait for the
+    // redial, which this clock never reaches).
+    const backlog = Array.from({ length: 12 }, () => textPair(alice, 'bob'));
+    const answers = await Promise.all(backlog.map((m) => sendPair(a, m)));
+    assert.deepEqual(new Set(answers.map((x) => x.deliveryState)), new Set(['accepted']));
+
+    const beta = await net.start(1);
+    clock.advance(1000); // the tick: every row is due (its attempts at 400 and 800 ms collapse into one)
+    for (const m of backlog) await deliveryEvent(a, m.outgoingKey, 'delivered');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 12, 'each row attempted once');
+    assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'delivered' }), 12);
+  });
+
   it('when several offsets passed while the sender’s server was down, it makes one attempt, not several', async () => {
     const clock = new ManualClock(Date.now());
     await using net = await startNetwork({ federate: true, servers: [server('alpha', { clock }), server('beta')] });

@@ -84,6 +84,10 @@ export class DeliveryEngine {
   private readonly queuedKeys = new Set<string>();
   private running = 0;
   private closed = false;
+  /** A pass is reading due rows now. */
+  private scanning = false;
+  /** The last pass filled the queue's room: more rows may be due than it took (a backlog). */
+  private moreDue = false;
   private readonly poolSize: number;
   private readonly queueSize: number;
   private readonly attempts: Counter;
@@ -330,26 +334,48 @@ export class DeliveryEngine {
     });
   }
 
-  /** One worker pass: queues due rows while the queue has room and feeds the pool. Returns rows queued. */
+  /**
+   * One worker pass: queues due rows while the queue has room and feeds the pool. Returns rows queued.
+   * When it fills the room, the next pass comes as soon as the queue is down to one pool's worth instead of
+   * at the next tick (refill), so a backlog (a peer back after an outage) drains at the pool's pace, not at
+   * one queue a tick.
+   */
   async processDue(): Promise<number> {
     const { store, clock } = this.deps;
     const room = this.queueSize - this.queue.length;
-    if (room <= 0 || this.closed) return 0;
-    const now = clock.now();
-    if (now - this.countedAtMs >= 30_000) {
-      this.countedAtMs = now;
-      this.byState = await store.delivery.countDeliveriesByState();
+    if (room <= 0 || this.closed || this.scanning) return 0;
+    this.scanning = true;
+    try {
+      const now = clock.now();
+      if (now - this.countedAtMs >= 30_000) {
+        this.countedAtMs = now;
+        this.byState = await store.delivery.countDeliveriesByState();
+      }
+      const due = await store.delivery.dueDeliveries(now, room);
+      this.moreDue = due.length >= room;
+      let queued = 0;
+      for (const row of due) {
+        if (this.queuedKeys.has(row.outgoingKey)) continue;
+        this.queuedKeys.add(row.outgoingKey);
+        this.queue.push(row);
+        queued++;
+      }
+      this.pump();
+      return queued;
+    } finally {
+      this.scanning = false;
     }
-    const due = await store.delivery.dueDeliveries(now, room);
-    let queued = 0;
-    for (const row of due) {
-      if (this.queuedKeys.has(row.outgoingKey)) continue;
-      this.queuedKeys.add(row.outgoingKey);
-      this.queue.push(row);
-      queued++;
-    }
-    this.pump();
-    return queued;
+  }
+
+  /**
+   * The next pass at once when the last one left rows behind and the queue is down to one pool's worth. Rows
+   * still queued are due too and come back in the pass (skipped, queuedKeys): the fewer of them, the more
+   * new rows it takes.
+   */
+  private refill(): void {
+    if (!this.moreDue || this.scanning || this.closed || this.queue.length > this.poolSize) return;
+    this.moreDue = false;
+    this.scan();
   }
 
   private pump(): void {
@@ -362,6 +388,7 @@ export class DeliveryEngine {
           this.running--;
           this.queuedKeys.delete(row.outgoingKey);
           this.pump();
+          this.refill();
         }),
       );
     }
