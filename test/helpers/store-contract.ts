@@ -827,6 +827,44 @@ export function storeContract(factory: StoreFactory): void {
       ]);
     });
 
+    it('claims and finishes asked for at once (a backlog’s attempts): each as if alone, one claim of a row wins', async () => {
+      const store = await fresh();
+      const at = (i: number) => ({ from: 'alice', to: 'bob', timeMs: T0 + i, nonce: i }) as const;
+      const keyOf = (i: number) => messageKeyOf(testPair(at(i)).outgoing);
+      const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+      for (const i of [1, 2, 3]) await putPair(store, at(i), { delivery: accepted });
+      const v = async (i: number) => (await store.delivery.getDelivery(keyOf(i)))!.rowVersion;
+      const [v1, v2, v3] = [await v(1), await v(2), await v(3)];
+      const claims = await Promise.all([
+        store.delivery.claimDelivery(keyOf(1), v1, T0 + 100),
+        store.delivery.claimDelivery(keyOf(2), v2, T0 + 100),
+        store.delivery.claimDelivery(keyOf(1), v1, T0 + 200), // the same row and version: the first claim won
+        store.delivery.claimDelivery(keyOf(3), v3 + 5, T0 + 100), // a stale version
+      ]);
+      assert.deepEqual(
+        claims.map((c) => c && [c.outgoingKey, c.leaseUntilMs, c.rowVersion]),
+        [[keyOf(1), T0 + 100, v1 + 1], [keyOf(2), T0 + 100, v2 + 1], null, null],
+      );
+      const retry = { state: 'accepted' as const, attempt: 2, nextAttemptAtMs: T0 + 30_000, lastError: 'down' };
+      const done = { state: 'delivered' as const, attempt: 2, nextAttemptAtMs: null, lastError: null };
+      const finished = await Promise.all([
+        store.delivery.finishDelivery(keyOf(1), v1 + 1, retry, T0 + 150),
+        store.delivery.finishDelivery(keyOf(2), v2 + 1, done, T0 + 150),
+        store.delivery.finishDelivery(keyOf(1), v1 + 1, done, T0 + 160), // the row moved on with the first
+        store.delivery.finishDelivery(keyOf(3), v3, done, T0 + 150), // unclaimed: its version still matches
+      ]);
+      assert.deepEqual(finished, [true, true, false, true]);
+      const rows = await Promise.all([1, 2, 3].map((i) => store.delivery.getDelivery(keyOf(i))));
+      assert.deepEqual(
+        rows.map((r) => r && [r.state, r.attempt, r.nextAttemptAtMs, r.leaseUntilMs, r.lastError]),
+        [
+          ['accepted', 2, T0 + 30_000, null, 'down'],
+          ['delivered', 2, null, null, null],
+          ['delivered', 2, null, null, null],
+        ],
+      );
+    });
+
     it('delivery proofs (§13.1): kept with the row by storePair, markDelivered, finishDelivery and setDeliveryProof; shown in history only for the delivered revision', async () => {
       const store = await fresh();
       const proofOf = (messageKey: string, revisionTimeMs: number, storedAtMs: number): DeliveryReceipt => ({

@@ -8,6 +8,19 @@ import type { PgDb } from './db.js';
 import { prepared } from './db.js';
 import { PerTurn } from './per-turn.js';
 
+interface Claim {
+  outgoingKey: string;
+  rowVersion: number;
+  leaseUntilMs: number;
+}
+
+interface Finish {
+  outgoingKey: string;
+  rowVersion: number;
+  update: DeliveryUpdate;
+  nowMs: number;
+}
+
 interface DeliveredMark {
   outgoingKey: string;
   rev: { revisionTimeMs: number; reencryptedAtMs: number };
@@ -50,9 +63,9 @@ export class PgDeliveryStore implements DeliveryStore {
   );
 
   async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
-    const r = await this.db.query<DeliveryDbRow>('SELECT * FROM dm_delivery_state WHERE outgoing_key = $1', [
-      outgoingKey,
-    ]);
+    const r = await this.db.query<DeliveryDbRow>(
+      prepared('SELECT * FROM dm_delivery_state WHERE outgoing_key = $1', [outgoingKey]),
+    );
     const row = r.rows[0];
     return row ? toDeliveryRow(row) : null;
   }
@@ -60,32 +73,73 @@ export class PgDeliveryStore implements DeliveryStore {
   async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {
     // The partial index dm_delivery_state_due serves this (state = 'accepted', by next_attempt_at_ms).
     const r = await this.db.query<DeliveryDbRow>(
-      `SELECT * FROM dm_delivery_state
-       WHERE state = 'accepted' AND next_attempt_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1)
-       ORDER BY next_attempt_at_ms LIMIT $2`,
-      [nowMs, limit],
+      prepared(
+        `SELECT * FROM dm_delivery_state
+         WHERE state = 'accepted' AND next_attempt_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1)
+         ORDER BY next_attempt_at_ms LIMIT $2`,
+        [nowMs, limit],
+      ),
     );
     return r.rows.map(toDeliveryRow);
   }
 
-  async claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null> {
-    const r = await this.db.query<DeliveryDbRow>(
-      `UPDATE dm_delivery_state SET lease_until_ms = $1, row_version = row_version + 1
-       WHERE outgoing_key = $2 AND row_version = $3 AND state = 'accepted' RETURNING *`,
-      [leaseUntilMs, outgoingKey, rowVersion],
-    );
-    const row = r.rows[0];
-    return row ? toDeliveryRow(row) : null;
+  /**
+   * A backlog's attempts (a peer back after an outage) claim and finish rows in bursts: the claims of one
+   * turn are one statement, and so are the finishes (PerTurn). Each keeps its compare-and-set on the row
+   * version; two calls of one row are served one statement after the other, in the order asked.
+   */
+  private readonly claims = new PerTurn<Claim, DeliveryRow | null>(
+    async (claims) => {
+      const r = await this.db.query<DeliveryDbRow>(
+        prepared(
+          `UPDATE dm_delivery_state d SET lease_until_ms = u.lease, row_version = d.row_version + 1
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(k, v, lease)
+           WHERE d.outgoing_key = u.k AND d.row_version = u.v AND d.state = 'accepted'
+           RETURNING d.*`,
+          [claims.map((c) => c.outgoingKey), claims.map((c) => c.rowVersion), claims.map((c) => c.leaseUntilMs)],
+        ),
+      );
+      const claimed = new Map(r.rows.map((row) => [row.outgoing_key, toDeliveryRow(row)]));
+      return claims.map((c) => claimed.get(c.outgoingKey) ?? null);
+    },
+    (c) => c.outgoingKey,
+  );
+
+  private readonly finishes = new PerTurn<Finish, boolean>(
+    async (finishes) => {
+      const r = await this.db.query<{ outgoing_key: string }>(
+        prepared(
+          `UPDATE dm_delivery_state d SET state = u.state, attempt = u.attempt, next_attempt_at_ms = u.next,
+             last_error = u.err, lease_until_ms = NULL, receipt_json = u.proof, row_version = d.row_version + 1,
+             updated_at_ms = u.now_ms
+           FROM unnest($1::text[], $2::bigint[], $3::text[], $4::integer[], $5::bigint[], $6::text[], $7::text[],
+             $8::bigint[]) AS u(k, v, state, attempt, next, err, proof, now_ms)
+           WHERE d.outgoing_key = u.k AND d.row_version = u.v
+           RETURNING d.outgoing_key`,
+          [
+            finishes.map((f) => f.outgoingKey),
+            finishes.map((f) => f.rowVersion),
+            finishes.map((f) => f.update.state),
+            finishes.map((f) => f.update.attempt),
+            finishes.map((f) => f.update.nextAttemptAtMs),
+            finishes.map((f) => f.update.lastError),
+            finishes.map((f) => proofJson(f.update.proof)),
+            finishes.map((f) => f.nowMs),
+          ],
+        ),
+      );
+      const made = new Set(r.rows.map((row) => row.outgoing_key));
+      return finishes.map((f) => made.has(f.outgoingKey));
+    },
+    (f) => f.outgoingKey,
+  );
+
+  claimDelivery(outgoingKey: string, rowVersion: number, leaseUntilMs: number): Promise<DeliveryRow | null> {
+    return this.claims.call({ outgoingKey, rowVersion, leaseUntilMs });
   }
 
-  async finishDelivery(outgoingKey: string, rowVersion: number, u: DeliveryUpdate, nowMs: number): Promise<boolean> {
-    const r = await this.db.query(
-      `UPDATE dm_delivery_state SET state = $1, attempt = $2, next_attempt_at_ms = $3, last_error = $4,
-         lease_until_ms = NULL, receipt_json = $8, row_version = row_version + 1, updated_at_ms = $5
-       WHERE outgoing_key = $6 AND row_version = $7`,
-      [u.state, u.attempt, u.nextAttemptAtMs, u.lastError, nowMs, outgoingKey, rowVersion, proofJson(u.proof)],
-    );
-    return r.rowCount === 1;
+  finishDelivery(outgoingKey: string, rowVersion: number, update: DeliveryUpdate, nowMs: number): Promise<boolean> {
+    return this.finishes.call({ outgoingKey, rowVersion, update, nowMs });
   }
 
   markDelivered(
