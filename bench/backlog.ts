@@ -4,7 +4,7 @@
  *  - accepting: the pairs A took while B was down (each answered `accepted`), pairs/s and answer p50/p99;
  *  - drain: from B's restart until the sender learnt the last pair was `delivered` (DmDeliveryStateChanged):
  *    how long A took to notice B (first delivery), pairs/s from the first delivery to the last, and A's and
- *    B's CPU meanwhile.
+ *    B's CPU meanwhile (on PostgreSQL also both databases' backends', bench/lib/pg-cpu.ts).
  *
  * A notices B's return by its background redial, whose backoff is capped at s2sTimeoutMs, and wakes only
  * the rows accepted more than three call timeouts ago (§6.6); so both servers run with s2sTimeoutMs
@@ -25,6 +25,7 @@ import { ShineClientError, textPair } from '../src/client/index.js';
 import { messageKeyOf } from '../src/protocol/container.js';
 import { Tracker, benchUsers, connectBenchUsers, startBenchServers } from './lib/federated-load.js';
 import { machine, sqliteWriter } from './lib/machine.js';
+import { backendCpuMeter } from './lib/pg-cpu.js';
 import { ascending, pct } from './lib/percentile.js';
 
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
@@ -108,6 +109,8 @@ try {
   await b.restart();
   const t1 = performance.now();
   const [cpuA0, cpuB0] = [a.cpuMs(), b.cpuMs()];
+  const dbCpu = await backendCpuMeter(started.dbUrls);
+  dbCpu.mark();
   const last = await tracker.allDelivered();
   const delivered = tracker.deliveredTimes().filter((t) => t >= t1);
   const first = delivered[0] ?? last;
@@ -144,6 +147,9 @@ try {
           A: Math.round(((a.cpuMs() - cpuA0) / (last - t1)) * 100),
           B: Math.round(((b.cpuMs() - cpuB0) / (last - t1)) * 100),
         },
+        ...(db === 'postgres'
+          ? { databaseCpuPercentOfOneCore: Math.round(((await dbCpu.msSinceMark()) / (last - t1)) * 100) }
+          : {}),
       },
     }),
   );

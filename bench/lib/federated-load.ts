@@ -132,10 +132,17 @@ export class Tracker {
       this.waiter = resolve;
       if (this.deliveredAt.size >= this.sentAt.size) resolve();
     });
-    const timeout = sleep(this.deadlineMs).then(() => {
+    // The deadline's timer is cancelled once all are in: a pending one would keep the bench's process alive.
+    const deadline = new AbortController();
+    const timeout = sleep(this.deadlineMs, undefined, { signal: deadline.signal }).then(() => {
       throw new Error(`only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${this.deadlineMs} ms`);
     });
-    await Promise.race([all, timeout]);
+    timeout.catch(() => {}); // rejected with AbortError when cancelled
+    try {
+      await Promise.race([all, timeout]);
+    } finally {
+      deadline.abort();
+    }
     return Math.max(...this.deliveredAt.values());
   }
 
@@ -351,11 +358,27 @@ export async function connectBenchUsers(
     for (const alice of senders) clients.push(await connectIdentity(a.wsUrl, alice, ['alpha'], 'bench'));
     for (const c of clients)
       c.on('DmDeliveryStateChanged', (e) => e.deliveryState === 'delivered' && onDelivered(e.outgoingKey));
-    await Promise.all(clients.map((c, i) => c.sendText(recipients[i]!.login, 'warm-up')));
+    await Promise.all(clients.map((c, i) => warmUp(c, recipients[i]!.login)));
     return clients;
   } catch (err) {
     await Promise.all(clients.map((c) => c.close()));
     throw err;
+  }
+}
+
+/**
+ * A first message to `to`. A's import of an unknown recipient runs on after the request's deadline
+ * (firstAttemptWaitMs), so a USER_NOT_FOUND from a short deadline is asked again until the import is in.
+ */
+async function warmUp(c: ShineClient, to: string): Promise<void> {
+  for (let tries = 1; ; tries++) {
+    try {
+      await c.sendText(to, 'warm-up');
+      return;
+    } catch (err) {
+      if (!(err instanceof ShineClientError && err.code === 'USER_NOT_FOUND') || tries === 50) throw err;
+      await sleep(100);
+    }
   }
 }
 
