@@ -25,6 +25,7 @@ import { ShineClientError, textPair } from '../src/client/index.js';
 import { messageKeyOf } from '../src/protocol/container.js';
 import { Tracker, benchUsers, connectBenchUsers, startBenchServers } from './lib/federated-load.js';
 import { machine, sqliteWriter } from './lib/machine.js';
+import { inLanes } from './lib/send-load.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
 import { ascending, pct } from './lib/percentile.js';
 
@@ -76,30 +77,22 @@ try {
   const answerMs: number[] = [];
   const states: Record<string, number> = {};
   const t0 = performance.now();
-  await Promise.all(
-    clients.map(async (c, i) => {
-      let next = 0;
-      const lane = async (): Promise<void> => {
-        while (next < PAIRS) {
-          const pair = pairs[i]![next++]!;
-          tracker.sent(messageKeyOf(pair.outgoing));
-          const sentAt = performance.now();
-          try {
-            const answer = await c.request('SendMessagePair', {
-              incomingBlobB64: pair.incomingBlobB64,
-              outgoingBlobB64: pair.outgoingBlobB64,
-            });
-            states[answer.deliveryState] = (states[answer.deliveryState] ?? 0) + 1;
-          } catch (err) {
-            tracker.failed(err instanceof ShineClientError ? err.code : String(err));
-            tracker.delivered(messageKeyOf(pair.outgoing)); // counted as an error, not waited for
-          }
-          answerMs.push(performance.now() - sentAt);
-        }
-      };
-      await Promise.all(Array.from({ length: WINDOW }, lane));
-    }),
-  );
+  await inLanes(CLIENTS, PAIRS, WINDOW, async (i, k) => {
+    const pair = pairs[i]![k]!;
+    tracker.sent(messageKeyOf(pair.outgoing));
+    const sentAt = performance.now();
+    try {
+      const answer = await clients[i]!.request('SendMessagePair', {
+        incomingBlobB64: pair.incomingBlobB64,
+        outgoingBlobB64: pair.outgoingBlobB64,
+      });
+      states[answer.deliveryState] = (states[answer.deliveryState] ?? 0) + 1;
+    } catch (err) {
+      tracker.failed(err instanceof ShineClientError ? err.code : String(err));
+      tracker.delivered(messageKeyOf(pair.outgoing)); // counted as an error, not waited for
+    }
+    answerMs.push(performance.now() - sentAt);
+  });
   const acceptMs = performance.now() - t0;
   const answers = ascending(answerMs);
   // A wakes only rows accepted more than three call timeouts before it noticed B (docs/protocol.md §6.6).

@@ -23,7 +23,7 @@ import { freshTestDb } from '../../test/helpers/test-db.js';
 import { postgresDurability, sqliteWriter } from './machine.js';
 import { backendCpuMeter } from './pg-cpu.js';
 import { ascending, pct } from './percentile.js';
-import { UNLIMITED_RATE } from './send-load.js';
+import { UNLIMITED_RATE, inLanes } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
 import { startTailRecording, tailReport } from './tail.js';
 
@@ -135,7 +135,9 @@ export class Tracker {
     // The deadline's timer is cancelled once all are in: a pending one would keep the bench's process alive.
     const deadline = new AbortController();
     const timeout = sleep(this.deadlineMs, undefined, { signal: deadline.signal }).then(() => {
-      throw new Error(`only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${this.deadlineMs} ms`);
+      throw new Error(
+        `only ${this.deliveredAt.size} of ${this.sentAt.size} pairs delivered within ${this.deadlineMs} ms`,
+      );
     });
     timeout.catch(() => {}); // rejected with AbortError when cancelled
     try {
@@ -416,15 +418,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const dbCpu = await backendCpuMeter(started.dbUrls);
     dbCpu.mark();
     let t0 = performance.now();
-    await Promise.all(
-      clients.map(async (c, i) => {
-        let next = 0;
-        const lane = async (): Promise<void> => {
-          while (next < PAIRS) await send(c, burst[i]![next++]!, tracker);
-        };
-        await Promise.all(Array.from({ length: WINDOW }, lane));
-      }),
-    );
+    await inLanes(CLIENTS, PAIRS, WINDOW, (i, k) => send(clients[i]!, burst[i]![k]!, tracker));
     const answeredMs = performance.now() - t0;
     let doneMs = (await tracker.allDelivered()) - t0;
     const perPair = (n: number): number => Number((n / (CLIENTS * PAIRS)).toFixed(1));

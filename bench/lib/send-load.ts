@@ -30,6 +30,27 @@ export interface SendLoadResult {
 /** Rate limits a load generator must lift: the per-connection limit (200/s) would measure itself. */
 export const UNLIMITED_RATE = { rateLimit: { perSecond: 1_000_000, burst: 1_000_000 } };
 
+/**
+ * A load's requests: each client's `perClient` items in order, `window` of them in flight per client at a
+ * time (fn gets the client's index and the item's).
+ */
+export async function inLanes(
+  clients: number,
+  perClient: number,
+  window: number,
+  fn: (client: number, item: number) => Promise<void>,
+): Promise<void> {
+  await Promise.all(
+    Array.from({ length: clients }, async (_, i) => {
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < perClient) await fn(i, next++);
+      };
+      await Promise.all(Array.from({ length: window }, lane));
+    }),
+  );
+}
+
 export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult> {
   const { clients: n, pairsPerClient, window, wsUrls } = opts;
   const senders = Array.from({ length: n }, (_, i) => createIdentity(`alice${i}`));
@@ -60,20 +81,15 @@ export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult
   opts.onStart?.();
   const latencies: number[] = [];
   const t0 = performance.now();
-  await Promise.all(
-    clients.map(async (c, i) => {
-      let next = 0;
-      const lane = async (): Promise<void> => {
-        while (next < pairsPerClient) {
-          const p = pairs[i]![next++]!;
-          const s = performance.now();
-          await c.call('SendMessagePair', { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 });
-          latencies.push(performance.now() - s);
-        }
-      };
-      await Promise.all(Array.from({ length: window }, lane));
-    }),
-  );
+  await inLanes(n, pairsPerClient, window, async (i, k) => {
+    const p = pairs[i]![k]!;
+    const s = performance.now();
+    await clients[i]!.call('SendMessagePair', {
+      incomingBlobB64: p.incomingBlobB64,
+      outgoingBlobB64: p.outgoingBlobB64,
+    });
+    latencies.push(performance.now() - s);
+  });
   const seconds = (performance.now() - t0) / 1000;
   await Promise.all(clients.map((c) => c.close()));
   latencies.sort((a, b) => a - b);

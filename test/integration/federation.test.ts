@@ -38,6 +38,37 @@ import { waitUntil } from '../helpers/wait.js';
 import { suiteConcurrency } from '../helpers/test-db.js';
 
 const server = fastServer;
+/**
+ * alpha (as `alphaSpec`) and beta federated; alice@alpha (her session `a`) has had one message to bob@beta
+ * delivered, so alpha holds bob's profile and has called beta; then beta is stopped (net.start(1) brings it
+ * back). Disposing of it closes the session and the network.
+ */
+async function betaDown(alphaSpec: NetworkServerSpec) {
+  const net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta')] });
+  try {
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    const a = await connectUser(net.servers[0]!.wsUrl, alice);
+    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    await net.stop(1);
+    return {
+      net,
+      alpha: net.servers[0]!,
+      alice,
+      bob,
+      a,
+      async [Symbol.asyncDispose]() {
+        await a.close();
+        await net[Symbol.asyncDispose]();
+      },
+    };
+  } catch (err) {
+    await net[Symbol.asyncDispose]();
+    throw err;
+  }
+}
+
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
 const SLOW_SECOND_ATTEMPT: NetworkServerSpec = { retryScheduleMs: '0,60000,120000,180000,240000' };
 
@@ -217,14 +248,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // 4 rows and the pool runs 2 at once, so 12 due rows need three passes.
     const clock = new ManualClock(Date.now());
     const tiny: NetworkServerSpec = { clock, workerTickMs: 1000, deliveryQueueSize: 4, deliveryPoolSize: 2 };
-    await using net = await startNetwork({ federate: true, servers: [server('alpha', tiny), server('beta')] });
-    const alpha = net.servers[0]!;
-    const alice = makeUser('alice', ['alpha']);
-    const bob = makeUser('bob', ['beta']);
-    await using a = await connectUser(alpha.wsUrl, alice);
-    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
-    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
-    await net.stop(1);
+    await using down = await betaDown(server('alpha', tiny));
+    const { net, alpha, alice, a } = down;
     // Sent together, their first attempts share alpha's one failed dial (a later call would wait for the
     // redial, which this clock never reaches).
     const backlog = Array.from({ length: 12 }, () => textPair(alice, 'bob'));
@@ -276,15 +301,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
 
   it('d) bob’s server down for the whole hour: the row ends failed and is never attempted again', async () => {
     // The last attempt 4 s in: beta's restart below must come before the later message's last attempt.
-    const alphaSpec = server('alpha', { retryScheduleMs: '0,400,800,1200,4000' });
-    await using net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta')] });
-    const alpha = net.servers[0]!;
-    const alice = makeUser('alice', ['alpha']);
-    const bob = makeUser('bob', ['beta']);
-    await using a = await connectUser(alpha.wsUrl, alice);
-    await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
-    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
-    await net.stop(1);
+    await using down = await betaDown(server('alpha', { retryScheduleMs: '0,400,800,1200,4000' }));
+    const { net, alpha, alice, bob, a } = down;
 
     const lost = textPair(alice, 'bob');
     assert.equal((await sendPair(a, lost)).deliveryState, 'accepted');
