@@ -21,9 +21,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, ShineClient } from '../src/client/index.js';
-import { ShineClientError, textPair } from '../src/client/index.js';
-import { messageKeyOf } from '../src/protocol/container.js';
-import { Tracker, benchUsers, connectBenchUsers, startBenchServers } from './lib/federated-load.js';
+import { textPair } from '../src/client/index.js';
+import { Tracker, benchUsers, connectBenchUsers, send, startBenchServers } from './lib/federated-load.js';
 import { machine, sqliteWriter } from './lib/machine.js';
 import { inLanes } from './lib/send-load.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
@@ -78,20 +77,10 @@ try {
   const states: Record<string, number> = {};
   const t0 = performance.now();
   await inLanes(CLIENTS, PAIRS, WINDOW, async (i, k) => {
-    const pair = pairs[i]![k]!;
-    tracker.sent(messageKeyOf(pair.outgoing));
     const sentAt = performance.now();
-    try {
-      const answer = await clients[i]!.request('SendMessagePair', {
-        incomingBlobB64: pair.incomingBlobB64,
-        outgoingBlobB64: pair.outgoingBlobB64,
-      });
-      states[answer.deliveryState] = (states[answer.deliveryState] ?? 0) + 1;
-    } catch (err) {
-      tracker.failed(err instanceof ShineClientError ? err.code : String(err));
-      tracker.delivered(messageKeyOf(pair.outgoing)); // counted as an error, not waited for
-    }
+    const state = await send(clients[i]!, pairs[i]![k]!, tracker);
     answerMs.push(performance.now() - sentAt);
+    if (state) states[state] = (states[state] ?? 0) + 1;
   });
   const acceptMs = performance.now() - t0;
   const answers = ascending(answerMs);

@@ -17,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, Identity, ShineClient } from '../../src/client/index.js';
 import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
+import type { DeliveryState } from '../../src/protocol/ops.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
 import { freshTestDb } from '../../test/helpers/test-db.js';
@@ -166,8 +167,11 @@ export class Tracker {
   }
 }
 
-/** Sends one pair and records its answer; a `delivered` answer counts as the delivery. */
-export async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<void> {
+/**
+ * Sends one pair and records its answer; a `delivered` answer counts as the delivery. Resolves with the
+ * answer's delivery state, or null for an error answer (counted by the tracker).
+ */
+export async function send(client: ShineClient, pair: BuiltPair, tracker: Tracker): Promise<DeliveryState | null> {
   const key = messageKeyOf(pair.outgoing);
   tracker.sent(key);
   try {
@@ -176,9 +180,11 @@ export async function send(client: ShineClient, pair: BuiltPair, tracker: Tracke
       outgoingBlobB64: pair.outgoingBlobB64,
     });
     if (answer.deliveryState === 'delivered') tracker.delivered(key);
+    return answer.deliveryState;
   } catch (err) {
     tracker.failed(err instanceof ShineClientError ? err.code : String(err));
     tracker.delivered(key); // counted as an error, not waited for
+    return null;
   }
 }
 
@@ -456,7 +462,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     cpu0 = servers.map((s) => s.cpuMs());
     const waited0 = servers.map((s) => runQueueWaitMs(s.pid));
     t0 = performance.now();
-    const inFlight: Promise<void>[] = [];
+    const inFlight: Promise<unknown>[] = [];
     for (let n = 0; n < total; n++) {
       const due = t0 + (n * 1000) / RATE;
       const wait = due - performance.now();

@@ -38,7 +38,7 @@ export async function inLanes(
   clients: number,
   perClient: number,
   window: number,
-  fn: (client: number, item: number) => Promise<void>,
+  fn: (client: number, item: number) => Promise<unknown>,
 ): Promise<void> {
   await Promise.all(
     Array.from({ length: clients }, async (_, i) => {
