@@ -263,6 +263,48 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'delivered' }), 12);
   });
 
+  it('an attempt whose call failed just before beta came back does not push its row to the next offset: the wake-up covers it', async () => {
+    // alpha's clock moves by hand. The second attempt (7 s, past the wake-up's three call timeouts) calls
+    // beta while it is down; its outcome is held until beta is back and alpha has woken beta's rows.
+    const clock = new ManualClock(Date.now());
+    await using down = await betaDown(server('alpha', { clock, retryScheduleMs: '0,7000,600000,1200000,1800000' }));
+    const { net, alpha, alice, a } = down;
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'accepted');
+
+    const rows = alpha.ctx.store.delivery;
+    const finish = rows.finishDelivery.bind(rows);
+    const wakeUp = rows.wakeDeliveriesFor.bind(rows);
+    let held = (): void => {};
+    const attemptHeld = new Promise<void>((resolve) => (held = resolve));
+    let release = (): void => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let wakes = 0;
+    rows.finishDelivery = async (...args) => {
+      if (args[0] === m.outgoingKey && args[2].attempt === 2) {
+        held();
+        await released;
+      }
+      return finish(...args);
+    };
+    rows.wakeDeliveriesFor = async (...args) => {
+      const n = await wakeUp(...args);
+      wakes++;
+      return n;
+    };
+
+    clock.advance(7000);
+    await attemptHeld; // the second attempt's call failed; it is about to set the row's next offset (10 min)
+    await net.start(1);
+    // alpha's background redial finds beta back and wakes its rows (the held one was due: left alone).
+    await waitUntil(() => (clock.advance(100), wakes > 0), 10_000, 'alpha woke beta’s rows');
+    release();
+    await deliveryEvent(a, m.outgoingKey, 'delivered');
+    const row = (await deliveryRow(alpha, m.outgoingKey))!;
+    assert.deepEqual([row.state, row.attempt], ['delivered', 2], 'an extra attempt after attempt 2');
+    assert.ok(clock.now() < row.acceptedAtMs + 600_000, 'not at the next offset');
+  });
+
   it('when several offsets passed while the sender’s server was down, it makes one attempt, not several', async () => {
     const clock = new ManualClock(Date.now());
     await using net = await startNetwork({ federate: true, servers: [server('alpha', { clock }), server('beta')] });

@@ -83,6 +83,8 @@ export class DeliveryEngine {
   /** Keys in the queue or running, so that overlapping scans never queue one row twice. */
   private readonly queuedKeys = new Set<string>();
   private running = 0;
+  /** The attempts running now, for a peer's wake-up to wait on (see wake). */
+  private readonly attemptsRunning = new Set<Promise<void>>();
   private closed = false;
   /** A pass is reading due rows now. */
   private scanning = false;
@@ -383,14 +385,17 @@ export class DeliveryEngine {
     while (!stopped() && this.running < this.poolSize && this.queue.length > 0) {
       const row = this.queue.shift()!;
       this.running++;
-      this.deps.background.run('delivery attempt', { key: row.outgoingKey }, () =>
-        this.claimAndAttempt(row).finally(() => {
+      this.deps.background.run('delivery attempt', { key: row.outgoingKey }, () => {
+        const attempt = this.claimAndAttempt(row).finally(() => {
           this.running--;
+          this.attemptsRunning.delete(attempt);
           this.queuedKeys.delete(row.outgoingKey);
           this.pump();
           this.refill();
-        }),
-      );
+        });
+        this.attemptsRunning.add(attempt);
+        return attempt;
+      });
     }
     if (stopped()) {
       // Unclaimed: whoever runs next picks them up as due.
@@ -542,18 +547,29 @@ export class DeliveryEngine {
    */
   peerAlive(serverLogin: string): void {
     if (this.closed) return;
-    this.deps.background.run('peer wake-up', { peer: serverLogin }, () => this.wake(serverLogin));
+    const running = [...this.attemptsRunning];
+    this.deps.background.run('peer wake-up', { peer: serverLogin }, () => this.wake(serverLogin, running));
   }
 
-  private async wake(serverLogin: string): Promise<void> {
+  /**
+   * Makes the peer's rows due now, then once more after the attempts that were running as it came back: such
+   * an attempt's row was due already, so the first pass left it alone, and when its call had failed just
+   * before the return, the attempt then scheduled the row's next regular offset, up to 25 min later.
+   */
+  private async wake(serverLogin: string, running: Promise<void>[]): Promise<void> {
     const { clock, config, store } = this.deps;
-    const now = clock.now();
     // A pair accepted moments ago may be in its first attempt right now. Its lease keeps workers off
     // it; leaving it unwoken also keeps its regular schedule, which covers it.
-    const woken = await store.delivery.wakeDeliveriesFor(serverLogin, now, now - 3 * config.s2sTimeoutMs);
-    if (woken > 0) {
+    const acceptedBeforeMs = clock.now() - 3 * config.s2sTimeoutMs;
+    const pass = async (): Promise<void> => {
+      const woken = await store.delivery.wakeDeliveriesFor(serverLogin, clock.now(), acceptedBeforeMs);
+      if (woken === 0) return;
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
       this.scan();
-    }
+    };
+    await pass();
+    if (running.length === 0) return;
+    await Promise.allSettled(running);
+    await pass();
   }
 }
