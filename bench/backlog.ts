@@ -8,16 +8,19 @@
  *
  * A notices B's return by its background redial, whose backoff is capped at s2sTimeoutMs, and wakes only
  * the rows accepted more than three call timeouts ago (§6.6); so both servers run with s2sTimeoutMs
- * BENCH_S2S_TIMEOUT_MS (5000) and B stays down until three of them after the last answer. While B is down
- * each answer waits for its first attempt's call, up to firstAttemptWaitMs: BENCH_FIRST_WAIT_MS (200) keeps
- * that phase short. The retry schedule is the default (the second attempt 30 s after acceptance, which
- * rows accepted early meet while B is still down), so the deliveries here are the worker's attempts after
- * the wake-up. Durability: SQLite WAL + synchronous=FULL on both servers (BENCH_SYNC=normal
+ * BENCH_S2S_TIMEOUT_MS (5000) and B stays down BENCH_DOWN_MS after the last answer (three of them and
+ * 500 ms). While B is down an answer waits for its first attempt's call only while A is not backing off
+ * from B (§6.2), and at most firstAttemptWaitMs (the server's default, 3000, unless BENCH_FIRST_WAIT_MS).
+ * The retry schedule is the default: rows accepted more than 30 s before B's return meet their second
+ * attempt while B is still down (BENCH_DOWN_MS=40000 makes every row do so, and some of those attempts run
+ * as B comes back), so the deliveries here are the worker's attempts after the wake-up. Durability: SQLite
+ * WAL + synchronous=FULL on both servers (BENCH_SYNC=normal
  * for NORMAL); BENCH_DB=postgres runs both on PostgreSQL, each on a fresh database with synchronous_commit
  * on (printed).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
- * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_FIRST_WAIT_MS (200).
+ * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
+ * BENCH_FIRST_WAIT_MS (the server's default).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, ShineClient } from '../src/client/index.js';
@@ -32,7 +35,8 @@ const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 250);
 const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
 const S2S_TIMEOUT_MS = Number(process.env.BENCH_S2S_TIMEOUT_MS ?? 5000);
-const FIRST_WAIT_MS = Number(process.env.BENCH_FIRST_WAIT_MS ?? 200);
+const FIRST_WAIT_MS = process.env.BENCH_FIRST_WAIT_MS ? Number(process.env.BENCH_FIRST_WAIT_MS) : undefined;
+const DOWN_MS = Number(process.env.BENCH_DOWN_MS ?? 3 * S2S_TIMEOUT_MS + 500);
 const db = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const total = CLIENTS * PAIRS;
 
@@ -50,7 +54,10 @@ function perSecond(ms: number[]): number[] {
 const started = await startBenchServers({
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
   db,
-  config: { s2sTimeoutMs: S2S_TIMEOUT_MS, firstAttemptWaitMs: FIRST_WAIT_MS },
+  config: {
+    s2sTimeoutMs: S2S_TIMEOUT_MS,
+    ...(FIRST_WAIT_MS === undefined ? {} : { firstAttemptWaitMs: FIRST_WAIT_MS }),
+  },
 });
 const { a, b } = started;
 let clients: ShineClient[] = [];
@@ -85,7 +92,7 @@ try {
   const acceptMs = performance.now() - t0;
   const answers = ascending(answerMs);
   // A wakes only rows accepted more than three call timeouts before it noticed B (docs/protocol.md §6.6).
-  await sleep(3 * S2S_TIMEOUT_MS + 500);
+  await sleep(DOWN_MS);
 
   // 2. B is back: A notices it and its worker delivers the backlog.
   await b.restart();
@@ -106,7 +113,7 @@ try {
       durability: await started.durability(),
       db,
       sqliteWriter: db === 'sqlite' ? sqliteWriter() : null,
-      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS} on both, default retry schedule and worker; B killed (SIGTERM) before the sends and restarted ${3 * S2S_TIMEOUT_MS + 500} ms after the last answer`,
+      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; B killed (SIGTERM) before the sends and restarted ${DOWN_MS} ms after the last answer`,
       clients: CLIENTS,
       window: WINDOW,
       pairs: total,

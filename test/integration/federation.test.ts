@@ -263,6 +263,28 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(await metric(alpha, 'shine_delivery_attempts_total', { outcome: 'delivered' }), 12);
   });
 
+  it('a send while beta is backing off is answered `accepted` at once; its call waits for the redial and delivers', async () => {
+    // alpha's clock moves by hand: its redial of beta (and firstAttemptWaitMs) come only when the test says.
+    const clock = new ManualClock(Date.now());
+    await using down = await betaDown(server('alpha', { clock }));
+    const { net, alpha, alice, a } = down;
+    const refused = textPair(alice, 'bob');
+    // Its dial was refused: the next waits out a backoff.
+    assert.equal((await sendPair(a, refused)).deliveryState, 'accepted');
+
+    // beta is back, but alpha learns it only at its redial. Without a route that could answer soon, the
+    // answer does not wait for that redial (nor for the 5 s firstAttemptWaitMs, which this clock never
+    // reaches). The clock moves on either way, so a failure here ends the test instead of hanging it.
+    const beta = await net.start(1);
+    const m = textPair(alice, 'bob');
+    const answer = await sendPair(a, m).finally(() => clock.advance(100));
+    assert.equal(answer.deliveryState, 'accepted');
+    // The redial (the clock moved): the first attempt's call goes through, and its outcome comes as an event.
+    await deliveryEvent(a, m.outgoingKey, 'delivered');
+    assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'delivered by the first attempt');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
+  });
+
   it('an attempt whose call failed just before beta came back does not push its row to the next offset: the wake-up covers it', async () => {
     // alpha's clock moves by hand. The second attempt (7 s, past the wake-up's three call timeouts) calls
     // beta while it is down; its outcome is held until beta is back and alpha has woken beta's rows.

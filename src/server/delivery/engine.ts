@@ -77,6 +77,17 @@ export interface FirstAttemptOutcome {
   proof?: DeliveryReceipt | null;
 }
 
+/** A first attempt under way. */
+export interface FirstAttempt {
+  outcome: Promise<FirstAttemptOutcome>;
+  /**
+   * Resolves when no route is left that could answer soon: every call still running waits for the redial of
+   * a server that could not be reached moments ago (docs/protocol.md §6.2). The sender's answer need not wait
+   * for them; their outcome still comes (outcome). Never resolves otherwise.
+   */
+  routesDown: Promise<void>;
+}
+
 export class DeliveryEngine {
   private timer: TimerHandle | null = null;
   private readonly queue: DeliveryRow[] = [];
@@ -155,12 +166,7 @@ export class DeliveryEngine {
    * the worker reports its own). The remaining calls run on in the background; then the pair goes to
    * the sender's second server.
    */
-  firstAttempt(
-    incoming: Container,
-    outgoing: Container,
-    outgoingKey: string,
-    senderPeer: string | null,
-  ): Promise<FirstAttemptOutcome> {
+  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): FirstAttempt {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
     // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
@@ -168,7 +174,9 @@ export class DeliveryEngine {
     const errors: string[] = [];
     const refreshWaitMs = Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2);
     const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
-    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, errors).catch(
+    let down = (): void => {};
+    const routesDown = new Promise<void>((resolve) => (down = resolve));
+    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, errors, down).catch(
       (err: unknown): Delivered => {
         this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
         return null;
@@ -209,7 +217,7 @@ export class DeliveryEngine {
       );
     }
     this.deps.background.run('first attempt', { key: outgoingKey }, () => outcome);
-    return outcome;
+    return { outcome, routesDown };
   }
 
   /**
@@ -268,6 +276,7 @@ export class DeliveryEngine {
     want: ReceiptExpectation,
     refreshWaitMs: number,
     errors?: string[],
+    routesDown?: () => void,
   ): Promise<Delivered> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, {
@@ -277,7 +286,8 @@ export class DeliveryEngine {
     if (!recipient) errors?.push(`no profile of ${recipientLogin} found`);
     if (!recipient) return null;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, want, errors);
+    if (!recipient.accessServers.includes(config.serverLogin))
+      return this.callRoutes(routes, payload, want, errors, routesDown);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
         this.callRoutes(routes, payload, want),
@@ -288,17 +298,21 @@ export class DeliveryEngine {
   /**
    * Delivers to routes in parallel; resolves with the first receipt that proves the delivery (docs/protocol.md
    * §13.1), or null when every route failed or answered without one (BAD_RECEIPT). Calls still running
-   * continue in the background.
+   * continue in the background. routesDown is called when, without a success, only calls to servers that
+   * were backing off as they started are left.
    */
   private callRoutes(
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
     errors?: string[],
+    routesDown?: () => void,
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
       let pending = routes.length;
+      const hopeful = new Set(routes.filter((s) => !this.deps.peers.backingOff(s)));
+      if (hopeful.size === 0) routesDown?.();
       for (const server of routes) {
         const started = performance.now();
         const settled = this.deps.peers
@@ -327,7 +341,9 @@ export class DeliveryEngine {
               this.deps.trouble?.failed(server, err);
               errors?.push(`${server}: ${causeOf(server, err)}`);
               this.deps.log.debug('delivery call failed', { server, err: String(err) });
+              const wasHopeful = hopeful.delete(server);
               if (--pending === 0) resolve(null);
+              else if (wasHopeful && hopeful.size === 0) routesDown?.();
             },
           );
         // A call that outlives the first success still runs to its end where drain() can see it.

@@ -195,9 +195,11 @@ export class DmService {
       const outgoingKey = result.outgoing.messageKey;
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
-        const waited = await raceTimer(first, config.firstAttemptWaitMs, clock);
+        // Routes whose servers were just unreachable do not hold the answer (docs/protocol.md §6.2).
+        const answerable = Promise.race([first.outcome, first.routesDown.then(() => null)]);
+        const waited = await raceTimer(answerable, config.firstAttemptWaitMs, clock);
         if (waited !== null) deliveryState = waited.state;
-        else delivery.reportLate(first, login, baseKeyOf(pair.outgoing), outgoingKey);
+        else delivery.reportLate(first.outcome, login, baseKeyOf(pair.outgoing), outgoingKey);
       }
     }
     return { ...stored.answer, deliveryState };

@@ -8,4 +8,9 @@ export interface PeerCaller {
    * its code) or a malformed answer (ShineError INTERNAL).
    */
   call<K extends OpName>(serverLogin: string, op: K, payload: OpPayload<K>): Promise<OpAnswer<K>>;
+  /**
+   * Whether serverLogin could not be reached moments ago: the last dial failed and the next is not due yet,
+   * so a call now waits for that redial (within its timeout) before it can even be sent.
+   */
+  backingOff(serverLogin: string): boolean;
 }

@@ -240,6 +240,11 @@ class PeerConnection {
     this.retryAtMs = 0;
   }
 
+  /** The last dial failed and the next is not due yet (no connection open or being made). */
+  get backingOff(): boolean {
+    return !this.closed && !this.ready && this.retryAtMs > this.deps.clock.now();
+  }
+
   /** A socket is open to the peer now. */
   get connected(): boolean {
     return this.ws?.readyState === WebSocket.OPEN;
@@ -288,6 +293,10 @@ export class PeerPool implements PeerCaller {
    */
   reachable(serverLogin: string): void {
     this.connections.get(serverLogin)?.reachable();
+  }
+
+  backingOff(serverLogin: string): boolean {
+    return this.connections.get(serverLogin)?.backingOff ?? false;
   }
 
   /** Whether a socket to serverLogin is open now (for /debug/peers). */

@@ -184,7 +184,7 @@ export class FederationService {
       const outgoingKey = stored.result.outgoing.messageKey;
       // The sender's sessions here learn the outcome too (docs/protocol.md §6.7).
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, null);
-      delivery.reportLate(first, pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey);
+      delivery.reportLate(first.outcome, pair.outgoing.fromLogin, stored.answer.baseKey, outgoingKey);
     }
     return stored.answer;
   }
