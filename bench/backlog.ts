@@ -25,7 +25,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, ShineClient } from '../src/client/index.js';
 import { textPair } from '../src/client/index.js';
-import { Tracker, benchUsers, connectBenchUsers, send, startBenchServers } from './lib/federated-load.js';
+import { Tracker, benchUsers, connectBenchUsers, scrape, send, startBenchServers } from './lib/federated-load.js';
 import { machine, sqliteWriter } from './lib/machine.js';
 import { inLanes } from './lib/send-load.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
@@ -94,6 +94,14 @@ try {
   // A wakes only rows accepted more than three call timeouts before it noticed B (docs/protocol.md §6.6).
   await sleep(DOWN_MS);
 
+  // The worker's attempts while B was down (those at the 30 s offset, with BENCH_DOWN_MS long enough).
+  const metricsA = await scrape(a);
+  const attemptsWhileDown = ['retry', 'failed', 'extra'].reduce(
+    (n, outcome) => n + metricsA(`shine_delivery_attempts_total{outcome="${outcome}"}`),
+    0,
+  );
+  const downSeconds = (performance.now() - t0) / 1000;
+
   // 2. B is back: A notices it and its worker delivers the backlog.
   await b.restart();
   const t1 = performance.now();
@@ -123,6 +131,11 @@ try {
         answerMsP99: pct(answers, 0.99),
         answers: states,
         errors: tracker.errors,
+      },
+      whileDown: {
+        seconds: round1(downSeconds),
+        /** Worker attempts A made meanwhile (each row's second comes 30 s after its acceptance). */
+        workerAttempts: attemptsWhileDown,
       },
       drain: {
         deliveredAfterRestart: delivered.length,

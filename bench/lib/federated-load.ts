@@ -194,18 +194,23 @@ interface ServerStats {
   gc: GcPauses;
 }
 
+/** A server's /metrics now, as a reader of one sample's value by its series (`name{labels}`), 0 when absent. */
+export async function scrape(s: ServerProcess): Promise<(series: string) => number> {
+  // Once more on a failure: the first try may reuse a kept-alive socket the server has just closed.
+  const get = async (): Promise<string> => (await fetch(`${s.httpUrl}/metrics`)).text();
+  const text = await get().catch(get);
+  return (series) => {
+    const at = text.indexOf(`\n${series} `);
+    return at < 0 ? 0 : Number(text.slice(at + series.length + 2, text.indexOf('\n', at + 1)));
+  };
+}
+
 /**
  * A server's database commits and committed writes so far, and its GC pauses since the first call, from
  * its /metrics (the process metrics start at the first scrape and are rendered at most once a second).
  */
 async function serverStats(s: ServerProcess): Promise<ServerStats> {
-  // Once more on a failure: the first try may reuse a kept-alive socket the server has just closed.
-  const get = async (): Promise<string> => (await fetch(`${s.httpUrl}/metrics`)).text();
-  const text = await get().catch(get);
-  const read = (line: string): number => {
-    const at = text.indexOf(`\n${line} `);
-    return at < 0 ? 0 : Number(text.slice(at + line.length + 2, text.indexOf('\n', at + 1)));
-  };
+  const read = await scrape(s);
   const gc = (kind: string): GcKindPauses => {
     const count = read(`nodejs_gc_duration_seconds_count{kind="${kind}"}`);
     return {

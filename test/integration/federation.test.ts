@@ -285,6 +285,36 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
   });
 
+  it('the worker does not wait for a server that is backing off: a down peer’s rows do not hold the pool', async () => {
+    // alpha's clock moves by hand, so its redial of beta never comes by itself. The pool runs 2 attempts at
+    // once; were each to wait for the redial, rows 3–6 would never get their turn.
+    const clock = new ManualClock(Date.now());
+    const tiny: NetworkServerSpec = { clock, workerTickMs: 100, deliveryQueueSize: 4, deliveryPoolSize: 2 };
+    await using down = await betaDown(server('alpha', tiny));
+    const { net, alpha, alice, a } = down;
+    const rows = Array.from({ length: 6 }, () => textPair(alice, 'bob'));
+    for (const x of await Promise.all(rows.map((m) => sendPair(a, m)))) assert.equal(x.deliveryState, 'accepted');
+
+    // Attempt 2 (offset 400 ms): the first calls dial beta and fail; the rest find alpha backing off.
+    clock.advance(400);
+    try {
+      for (const m of rows) await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
+    } finally {
+      clock.advance(300); // a hang here would otherwise keep the servers from closing
+    }
+    const causes = await Promise.all(rows.map(async (m) => (await deliveryRow(alpha, m.outgoingKey))!.lastError));
+    assert.ok(
+      causes.some((c) => /^beta: unreachable \(backing off\), not called$/.test(c!)),
+      causes.join(' | '),
+    );
+
+    // beta back: attempt 3 (800 ms) delivers every row, one call each.
+    const beta = await net.start(1);
+    clock.advance(200);
+    for (const m of rows) await deliveryEvent(a, m.outgoingKey, 'delivered');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 6);
+  });
+
   it('an attempt whose call failed just before beta came back does not push its row to the next offset: the wake-up covers it', async () => {
     // alpha's clock moves by hand. The second attempt (7 s, past the wake-up's three call timeouts) calls
     // beta while it is down; its outcome is held until beta is back and alpha has woken beta's rows.

@@ -77,6 +77,16 @@ export interface FirstAttemptOutcome {
   proof?: DeliveryReceipt | null;
 }
 
+/** How one attempt's calls go (deliverTo, callRoutes). */
+interface RouteOptions {
+  /** Each failed route's cause is pushed here. */
+  errors?: string[];
+  /** Called when, without a success, only calls to servers that were backing off as they started are left. */
+  routesDown?: () => void;
+  /** Servers backing off are not called: they count as failed at once (a worker's attempt). */
+  untriedWhenDown?: boolean;
+}
+
 /** A first attempt under way. */
 export interface FirstAttempt {
   outcome: Promise<FirstAttemptOutcome>;
@@ -176,7 +186,7 @@ export class DeliveryEngine {
     const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
     let down = (): void => {};
     const routesDown = new Promise<void>((resolve) => (down = resolve));
-    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, errors, down).catch(
+    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, { errors, routesDown: down }).catch(
       (err: unknown): Delivered => {
         this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
         return null;
@@ -275,19 +285,17 @@ export class DeliveryEngine {
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
     refreshWaitMs: number,
-    errors?: string[],
-    routesDown?: () => void,
+    opts: RouteOptions = {},
   ): Promise<Delivered> {
     const { directory, config } = this.deps;
     const recipient = await directory.lookup(recipientLogin, {
       refreshAfterMs: config.profileRefreshMs,
       maxWaitMs: refreshWaitMs,
     });
-    if (!recipient) errors?.push(`no profile of ${recipientLogin} found`);
+    if (!recipient) opts.errors?.push(`no profile of ${recipientLogin} found`);
     if (!recipient) return null;
     const routes = recipient.accessServers.filter((s) => s !== config.serverLogin);
-    if (!recipient.accessServers.includes(config.serverLogin))
-      return this.callRoutes(routes, payload, want, errors, routesDown);
+    if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, want, opts);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
         this.callRoutes(routes, payload, want),
@@ -298,15 +306,13 @@ export class DeliveryEngine {
   /**
    * Delivers to routes in parallel; resolves with the first receipt that proves the delivery (docs/protocol.md
    * §13.1), or null when every route failed or answered without one (BAD_RECEIPT). Calls still running
-   * continue in the background. routesDown is called when, without a success, only calls to servers that
-   * were backing off as they started are left.
+   * continue in the background.
    */
   private callRoutes(
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
-    errors?: string[],
-    routesDown?: () => void,
+    { errors, routesDown, untriedWhenDown = false }: RouteOptions = {},
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
@@ -314,6 +320,11 @@ export class DeliveryEngine {
       const hopeful = new Set(routes.filter((s) => !this.deps.peers.backingOff(s)));
       if (hopeful.size === 0) routesDown?.();
       for (const server of routes) {
+        if (untriedWhenDown && !hopeful.has(server)) {
+          errors?.push(`${server}: unreachable (backing off), not called`);
+          if (--pending === 0) resolve(null);
+          continue;
+        }
         const started = performance.now();
         const settled = this.deps.peers
           .call(server, 'ReceiveIncomingMessage', payload)
@@ -466,7 +477,12 @@ export class DeliveryEngine {
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
     const errors: string[] = [];
-    const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, errors);
+    // A server backing off (its last dial failed moments ago) is not called: the call would hold a place in
+    // the pool until the redial, and a peer's return wakes its rows anyway (docs/protocol.md §6.4).
+    const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, {
+      errors,
+      untriedWhenDown: true,
+    });
     // Each route's own cause, so /debug/delivery says which server failed and why.
     const lastError = errors.join('; ') || 'no route answered';
     if (delivered) {
@@ -508,6 +524,8 @@ export class DeliveryEngine {
    * matches this server's copy (byte-identical to its own; decision 33).
    */
   private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
+    // Not asked while it is backing off: the attempt would wait for the redial before calling the recipient.
+    if (this.deps.peers.backingOff(peer)) return null;
     try {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;
