@@ -162,6 +162,30 @@ describe('calls (docs/protocol.md §5.6)', { concurrency: suiteConcurrency() }, 
     assert.deepEqual(callLog(a2, 'call-1'), [...expected('bob', CALL_SIGNAL_KINDS), ...expected('alice', ECHOED)]);
   });
 
+  it('an invite does not wait for a callee’s server that is backing off: answered with the count of the one that is up', async () => {
+    // alpha's clock moves by hand: its redial of beta2 (and the 5 s answer wait) come only when the test says.
+    const clock = new ManualClock(Date.now());
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', { clock }), server('beta1'), server('beta2')],
+    });
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta1', 'beta2']);
+    await using a = await connectUser(net.servers[0]!.wsUrl, alice);
+    await using b1 = await connectUser(net.servers[1]!.wsUrl, bob, 'laptop');
+    await (await connectUser(net.servers[2]!.wsUrl, bob, 'phone')).close();
+    const both = await invite(a, 'bob', 'call-1');
+    assert.deepEqual(both.ok && both.payload, { deliveredWsSessions: 1, deliveredWebPushSessions: 0 });
+    await net.stop(2);
+    // beta2's socket closed: the next call dials, is refused, and alpha backs off.
+    const refused = await invite(a, 'bob', 'call-2');
+    assert.deepEqual(refused.ok && refused.payload, { deliveredWsSessions: 1, deliveredWebPushSessions: 0 });
+
+    const answer = await invite(a, 'bob', 'call-3').finally(() => clock.advance(5000));
+    assert.deepEqual(answer.ok && answer.payload, { deliveredWsSessions: 1, deliveredWebPushSessions: 0 });
+    await waitForCallEvents(b1, 'call-3', 1);
+  });
+
   it('a callee without a session: the invite asks for a `call` push (here and on the callee’s server) and counts it; signals push nothing', async () => {
     const alphaPush = recordingPush();
     const betaPush = recordingPush();

@@ -169,9 +169,12 @@ export class CallService {
       servers
         .filter((s) => s !== config.serverLogin)
         .map((server) => {
+          // A server backing off (its last dial failed moments ago) is not waited for: the call still goes
+          // at the redial, within its timeout (docs/protocol.md §5.6, decision 52).
+          const down = peers.backingOff(server);
           const call = peers.call(server, 'ReceiveCallSignal', payload);
           call.catch((err: unknown) => log.debug('call signal not delivered', { server, err: String(err) }));
-          return raceTimer(call, waitMs, clock);
+          return down ? null : raceTimer(call, waitMs, clock);
         }),
     );
   }
