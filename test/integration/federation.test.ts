@@ -285,6 +285,26 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
   });
 
+  it('beta back and calling alpha: alpha’s call waiting out its backoff goes at once', async () => {
+    // alpha's clock moves by hand and never reaches its redial of beta; only beta's ServerAuth tells alpha.
+    const clock = new ManualClock(Date.now());
+    await using down = await betaDown(server('alpha', { clock }));
+    const { net, alpha, alice, bob, a } = down;
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'accepted'); // alpha backs off
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'accepted');
+    const beta = await net.start(1);
+    try {
+      // bob writes to alice: beta calls alpha and authenticates, and alpha's waiting call to beta goes.
+      await using b = await connectUser(beta.wsUrl, bob);
+      assert.equal((await sendPair(b, textPair(bob, 'alice'))).deliveryState, 'delivered');
+      await deliveryEvent(a, m.outgoingKey, 'delivered');
+    } finally {
+      clock.advance(5000); // a hang here would otherwise keep the servers from closing
+    }
+    assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'delivered by the first attempt');
+  });
+
   it('the worker does not wait for a server that is backing off: a down peer’s rows do not hold the pool', async () => {
     // alpha's clock moves by hand, so its redial of beta never comes by itself. The pool runs 2 attempts at
     // once; were each to wait for the redial, rows 3–6 would never get their turn.

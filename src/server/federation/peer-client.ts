@@ -64,6 +64,8 @@ class PeerConnection {
   private closed = false;
   private probeTimer: TimerHandle | null = null;
   private probeFailures = 0;
+  /** Calls waiting out the backoff: each ends its wait early when the peer shows it is up. */
+  private readonly backingOffCalls = new Set<() => void>();
 
   constructor(
     private readonly peer: string,
@@ -100,9 +102,29 @@ class PeerConnection {
       // spent without a call), unless the dial would come after the call's deadline.
       if (now + wait >= deadline)
         return Promise.reject(new PeerUnavailableError(this.peer, 'unreachable (backing off)'));
-      return new Promise<void>((resolve) => this.deps.clock.setTimer(wait, resolve)).then(() => this.connect(deadline));
+      return this.backoffOver(wait).then(() => this.connect(deadline));
     }
     return this.dial(false);
+  }
+
+  /**
+   * Resolves after waitMs, or as soon as the peer shows it is up — a background dial reached it, or it
+   * authenticated to this server — so a call made during an outage goes the moment the peer is back.
+   */
+  private backoffOver(waitMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const over = (): void => {
+        timer.cancel();
+        this.backingOffCalls.delete(over);
+        resolve();
+      };
+      const timer = this.deps.clock.setTimer(waitMs, over);
+      this.backingOffCalls.add(over);
+    });
+  }
+
+  private endBackoffWaits(): void {
+    for (const over of [...this.backingOffCalls]) over();
   }
 
   /**
@@ -116,6 +138,7 @@ class PeerConnection {
       () => {
         this.failures = 0;
         this.probeFailures = 0;
+        this.endBackoffWaits();
         if (this.wasDown) {
           this.wasDown = false;
           this.deps.onPeerAlive?.(this.peer);
@@ -238,6 +261,7 @@ class PeerConnection {
   /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
   reachable(): void {
     this.retryAtMs = 0;
+    this.endBackoffWaits();
   }
 
   /** The last dial failed and the next is not due yet (no connection open or being made). */
@@ -252,6 +276,7 @@ class PeerConnection {
 
   close(): void {
     this.closed = true;
+    this.endBackoffWaits(); // they fail at once: 'pool closed'
     this.probeTimer?.cancel();
     this.channel?.failAll('pool closed', true);
     this.ws?.terminate();
