@@ -6,10 +6,9 @@
  *    how long A took to notice B (first delivery), pairs/s from the first delivery to the last, and A's and
  *    B's CPU meanwhile (on PostgreSQL also both databases' backends', bench/lib/pg-cpu.ts).
  *
- * A notices B's return by its background redial, whose backoff is capped at s2sTimeoutMs, and wakes only
- * the rows accepted more than three call timeouts ago (§6.6); so both servers run with s2sTimeoutMs
- * BENCH_S2S_TIMEOUT_MS (5000) and B stays down BENCH_DOWN_MS after the last answer (three of them and
- * 500 ms). While B is down an answer waits for its first attempt's call only while A is not backing off
+ * A notices B's return by its background redial, whose backoff is capped at s2sTimeoutMs: both servers run
+ * with s2sTimeoutMs BENCH_S2S_TIMEOUT_MS (5000), and B stays down BENCH_DOWN_MS after the last answer (three
+ * of them and 500 ms, as in the eighteenth session, when A woke only rows accepted that long ago). While B is down an answer waits for its first attempt's call only while A is not backing off
  * from B (§6.2), and at most firstAttemptWaitMs (the server's default, 3000, unless BENCH_FIRST_WAIT_MS).
  * The retry schedule is the default: rows accepted more than 30 s before B's return meet their second
  * attempt while B is still down (BENCH_DOWN_MS=40000 makes every row do so, and some of those attempts run
@@ -91,7 +90,6 @@ try {
   });
   const acceptMs = performance.now() - t0;
   const answers = ascending(answerMs);
-  // A wakes only rows accepted more than three call timeouts before it noticed B (docs/protocol.md §6.6).
   await sleep(DOWN_MS);
 
   // The worker's attempts while B was down (those at the 30 s offset, with BENCH_DOWN_MS long enough).

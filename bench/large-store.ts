@@ -131,9 +131,9 @@ try {
   const historyQuery = { owner: 'alice', peer: 'peer0', beforeTimeMs: before, beforeMessageKey: '', limit: 50 };
   const history = await store.messages.getDirectMessages(historyQuery);
   const historyDeepPageMs = await medianMs(READS, () => store.messages.getDirectMessages(historyQuery));
-  const woken = await store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000);
+  const woken = await store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000);
   const wakeOtherServerMs = await medianMs(READS, () =>
-    store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000, T0 + 40 * 86_400_000),
+    store.delivery.wakeDeliveriesFor('gamma', T0 + 40 * 86_400_000),
   );
   await store.devices.ackForDevice('alice', 'phone', keys.slice(keys.length - BACKLOG), T0);
   const replayUpToDateMs = await medianMs(READS, replay);

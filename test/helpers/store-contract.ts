@@ -941,24 +941,39 @@ export function storeContract(factory: StoreFactory): void {
       );
     });
 
-    it('wakes accepted rows of a server, counts them, and leaves rows accepted after the cut-off', async () => {
+    it('wakes accepted rows of a server and counts them; a leased row stays out of the due rows until its lease ends', async () => {
       const store = await fresh();
       await store.directory.putUser(profile('bob', ['beta', 'gamma']), 'imported', T0);
       await store.directory.putUser(profile('carol', ['delta']), 'imported', T0);
-      const accepted = (at: number) => ({
-        delivery: { state: 'accepted' as const, attempt: 1, acceptedAtMs: at, nextAttemptAtMs: at + 10_000 },
+      const accepted = (at: number, leaseUntilMs: number | null = null) => ({
+        delivery: {
+          state: 'accepted' as const,
+          attempt: 1,
+          acceptedAtMs: at,
+          nextAttemptAtMs: at + 10_000,
+          leaseUntilMs,
+        },
       });
       await putPair(store, { from: 'alice', to: 'bob', timeMs: T0, nonce: 1 }, accepted(T0));
-      await putPair(store, { from: 'alice', to: 'bob', timeMs: T0 + 5, nonce: 2 }, accepted(T0 + 5));
+      // In its first attempt: leased to T0 + 1 000.
+      const leased = await putPair(
+        store,
+        { from: 'alice', to: 'bob', timeMs: T0 + 5, nonce: 2 },
+        accepted(T0 + 5, T0 + 1000),
+      );
       await putPair(store, { from: 'alice', to: 'carol', timeMs: T0, nonce: 3 }, accepted(T0));
       assert.equal(await store.delivery.countAcceptedFor('gamma'), 2);
       assert.equal(await store.delivery.countAcceptedFor('delta'), 1);
-      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100, T0 + 1), 1);
+      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100), 2);
+      const due = await store.delivery.dueDeliveries(T0 + 100, 10);
       assert.deepEqual(
-        (await store.delivery.dueDeliveries(T0 + 100, 10)).map((r) => r.recipientLogin),
+        due.map((r) => r.recipientLogin),
         ['bob'],
       );
-      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100, T0 + 1), 0, 'already due');
+      assert.notEqual(due[0]!.outgoingKey, leased.outgoing.messageKey, 'the leased row is not due while leased');
+      assert.equal(await store.delivery.wakeDeliveriesFor('gamma', T0 + 100), 0, 'already due');
+      const after = await store.delivery.dueDeliveries(T0 + 1000, 10);
+      assert.equal(after.length, 2, 'due once its lease ran out');
       assert.equal(await store.delivery.countAcceptedFor('nowhere'), 0);
     });
 

@@ -282,6 +282,21 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // The redial (the clock moved): the first attempt's call goes through, and its outcome comes as an event.
     await deliveryEvent(a, m.outgoingKey, 'delivered');
     assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'delivered by the first attempt');
+    // The refused one by the wake-up that alpha's redial started: each sent once.
+    await deliveryEvent(a, refused.outgoingKey, 'delivered');
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 2);
+  });
+
+  it('a pair accepted moments before beta’s return is delivered at the return, not at its next offset a minute later', async () => {
+    await using down = await betaDown(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, a } = down;
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its first attempt failed');
+    const beta = await net.start(1);
+    // alpha's background redial finds beta (or beta authenticates to alpha) and wakes its rows, this one too.
+    await deliveryEvent(a, m.outgoingKey, 'delivered');
+    const row = (await deliveryRow(alpha, m.outgoingKey))!;
+    assert.deepEqual([row.state, row.attempt], ['delivered', 1], 'an extra attempt; the schedule is as it was');
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
   });
 

@@ -591,12 +591,11 @@ export class DeliveryEngine {
    * before the return, the attempt then scheduled the row's next regular offset, up to 25 min later.
    */
   private async wake(serverLogin: string, running: Promise<void>[]): Promise<void> {
-    const { clock, config, store } = this.deps;
-    // A pair accepted moments ago may be in its first attempt right now. Its lease keeps workers off
-    // it; leaving it unwoken also keeps its regular schedule, which covers it.
-    const acceptedBeforeMs = clock.now() - 3 * config.s2sTimeoutMs;
+    const { clock, store } = this.deps;
+    // A row in its first attempt (or in a worker's attempt of another process) is woken too: its lease
+    // keeps workers off it until that attempt ends, and if the attempt fails the row is then due at once.
     const pass = async (): Promise<void> => {
-      const woken = await store.delivery.wakeDeliveriesFor(serverLogin, clock.now(), acceptedBeforeMs);
+      const woken = await store.delivery.wakeDeliveriesFor(serverLogin, clock.now());
       if (woken === 0) return;
       this.deps.log.info('peer back: attempting its rows now', { peer: serverLogin, rows: woken });
       this.scan();

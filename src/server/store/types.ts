@@ -272,10 +272,11 @@ export interface DeliveryStore {
     proof: DeliveryReceipt | null,
   ): Promise<boolean>;
   /**
-   * Makes accepted rows whose recipient uses serverLogin due now; returns how many. Rows accepted after
-   * acceptedBeforeMs are left alone: their first attempt may still be running outside the worker.
+   * Makes accepted rows whose recipient uses serverLogin due now; returns how many. A leased row (its first
+   * attempt or a worker's attempt still running) stays leased: dueDeliveries leaves it out until the lease
+   * is released or runs out.
    */
-  wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number>;
+  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number>;
   /** Accepted rows (not yet delivered) whose recipient uses serverLogin, for /debug/peers. */
   countAcceptedFor(serverLogin: string): Promise<number>;
   countDeliveriesByState(): Promise<Record<DeliveryState, number>>;

@@ -164,12 +164,12 @@ export class PgDeliveryStore implements DeliveryStore {
     return r.rowCount === 1;
   }
 
-  async wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number> {
+  async wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number> {
     const r = await this.db.query(
       `UPDATE dm_delivery_state SET next_attempt_at_ms = $1, row_version = row_version + 1
-       WHERE state = 'accepted' AND next_attempt_at_ms > $1 AND accepted_at_ms <= $2
-         AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = $3)`,
-      [nowMs, acceptedBeforeMs, serverLogin],
+       WHERE state = 'accepted' AND next_attempt_at_ms > $1
+         AND recipient_login IN (SELECT login FROM user_access_servers_current WHERE server_login = $2)`,
+      [nowMs, serverLogin],
     );
     return r.rowCount ?? 0;
   }

@@ -115,13 +115,13 @@ export class SqliteDeliveryStore extends SqliteArea implements DeliveryStore {
     );
   }
 
-  wakeDeliveriesFor(serverLogin: string, nowMs: number, acceptedBeforeMs: number): Promise<number> {
+  wakeDeliveriesFor(serverLogin: string, nowMs: number): Promise<number> {
     return this.db.write(
       () =>
         this.sql(
           `UPDATE dm_delivery_state SET next_attempt_at_ms = ?, row_version = row_version + 1
-           WHERE state = 'accepted' AND next_attempt_at_ms > ? AND accepted_at_ms <= ? AND ${RECIPIENT_USES_SERVER}`,
-        ).run(nowMs, nowMs, acceptedBeforeMs, serverLogin).changes,
+           WHERE state = 'accepted' AND next_attempt_at_ms > ? AND ${RECIPIENT_USES_SERVER}`,
+        ).run(nowMs, nowMs, serverLogin).changes,
     );
   }
 
