@@ -33,6 +33,7 @@ import {
 import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
+import type { RawClient } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
 import { suiteConcurrency } from '../helpers/test-db.js';
@@ -67,6 +68,18 @@ async function betaDown(alphaSpec: NetworkServerSpec) {
     await net[Symbol.asyncDispose]();
     throw err;
   }
+}
+
+/** alpha with a hand-moved clock and a small worker: a queue of 4 rows, 2 attempts at once. */
+const smallWorker = (clock: ManualClock, workerTickMs: number): NetworkServerSpec =>
+  server('alpha', { clock, workerTickMs, deliveryQueueSize: 4, deliveryPoolSize: 2 });
+
+/** n pairs alice → bob sent together, each answered `accepted` (beta is down). */
+async function sendWhileDown(down: { a: RawClient; alice: ReturnType<typeof makeUser> }, n: number) {
+  const pairs = Array.from({ length: n }, () => textPair(down.alice, 'bob'));
+  const answers = await Promise.all(pairs.map((m) => sendPair(down.a, m)));
+  assert.deepEqual(new Set(answers.map((x) => x.deliveryState)), new Set(['accepted']));
+  return pairs;
 }
 
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
@@ -247,14 +260,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // alpha's clock moves by hand: one worker tick fires, and no other until the test ends. The queue holds
     // 4 rows and the pool runs 2 at once, so 12 due rows need three passes.
     const clock = new ManualClock(Date.now());
-    const tiny: NetworkServerSpec = { clock, workerTickMs: 1000, deliveryQueueSize: 4, deliveryPoolSize: 2 };
-    await using down = await betaDown(server('alpha', tiny));
-    const { net, alpha, alice, a } = down;
+    await using down = await betaDown(smallWorker(clock, 1000));
+    const { net, alpha, a } = down;
     // Sent together, their first attempts share alpha's one failed dial (a later call would wait for the
     // redial, which this clock never reaches).
-    const backlog = Array.from({ length: 12 }, () => textPair(alice, 'bob'));
-    const answers = await Promise.all(backlog.map((m) => sendPair(a, m)));
-    assert.deepEqual(new Set(answers.map((x) => x.deliveryState)), new Set(['accepted']));
+    const backlog = await sendWhileDown(down, 12);
 
     const beta = await net.start(1);
     clock.advance(1000); // the tick: every row is due (its attempts at 400 and 800 ms collapse into one)
@@ -324,11 +334,9 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // alpha's clock moves by hand, so its redial of beta never comes by itself. The pool runs 2 attempts at
     // once; were each to wait for the redial, rows 3–6 would never get their turn.
     const clock = new ManualClock(Date.now());
-    const tiny: NetworkServerSpec = { clock, workerTickMs: 100, deliveryQueueSize: 4, deliveryPoolSize: 2 };
-    await using down = await betaDown(server('alpha', tiny));
-    const { net, alpha, alice, a } = down;
-    const rows = Array.from({ length: 6 }, () => textPair(alice, 'bob'));
-    for (const x of await Promise.all(rows.map((m) => sendPair(a, m)))) assert.equal(x.deliveryState, 'accepted');
+    await using down = await betaDown(smallWorker(clock, 100));
+    const { net, alpha, a } = down;
+    const rows = await sendWhileDown(down, 6);
 
     // Attempt 2 (offset 400 ms): the first calls dial beta and fail; the rest find alpha backing off.
     clock.advance(400);
