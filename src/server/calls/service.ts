@@ -169,9 +169,9 @@ export class CallService {
       servers
         .filter((s) => s !== config.serverLogin)
         .map((server) => {
-          // A server backing off (its last dial failed moments ago) is not waited for: the call still goes
-          // at the redial, within its timeout (docs/protocol.md §5.6, decision 52).
-          const down = peers.backingOff(server);
+          // A server that is down (its last dial failed) is not waited for: the call still goes at the
+          // redial, within its timeout (docs/protocol.md §5.6, decision 52).
+          const down = peers.down(server);
           const call = peers.call(server, 'ReceiveCallSignal', payload);
           call.catch((err: unknown) => log.debug('call signal not delivered', { server, err: String(err) }));
           return down ? null : raceTimer(call, waitMs, clock);

@@ -81,9 +81,9 @@ export interface FirstAttemptOutcome {
 interface RouteOptions {
   /** Each failed route's cause is pushed here. */
   errors?: string[];
-  /** Called when, without a success, only calls to servers that were backing off as they started are left. */
+  /** Called when, without a success, only calls to servers that were down as they started are left. */
   routesDown?: () => void;
-  /** Servers backing off are not called: they count as failed at once (a worker's attempt). */
+  /** Servers that are down are not called: they count as failed at once (a worker's regular attempt). */
   untriedWhenDown?: boolean;
 }
 
@@ -109,6 +109,8 @@ export class DeliveryEngine {
   private closed = false;
   /** A pass is reading due rows now. */
   private scanning = false;
+  /** A pass was asked for while one was reading: it runs once that one is done (rows woken meanwhile). */
+  private scanAgain = false;
   /** The last pass filled the queue's room: more rows may be due than it took (a backlog). */
   private moreDue = false;
   private readonly poolSize: number;
@@ -242,21 +244,24 @@ export class DeliveryEngine {
   ): Promise<void> {
     const { store, config, clock, log } = this.deps;
     try {
-      const row = await store.delivery.getDelivery(outgoingKey);
-      if (
-        row?.state !== 'accepted' ||
-        row.revisionTimeMs !== revision.revisionTimeMs ||
-        row.reencryptedAtMs !== revision.reencryptedAtMs ||
-        row.leaseUntilMs !== row.acceptedAtMs + firstAttemptLeaseMs(config)
-      )
-        return;
-      const update = {
-        state: 'accepted' as const,
-        attempt: row.attempt,
-        nextAttemptAtMs: row.nextAttemptAtMs,
-        lastError,
-      };
-      await store.delivery.finishDelivery(outgoingKey, row.rowVersion, update, clock.now());
+      // Read again when the row moved between the read and the write: a peer's wake-up may have made it due.
+      for (let tries = 0; tries < 3; tries++) {
+        const row = await store.delivery.getDelivery(outgoingKey);
+        if (
+          row?.state !== 'accepted' ||
+          row.revisionTimeMs !== revision.revisionTimeMs ||
+          row.reencryptedAtMs !== revision.reencryptedAtMs ||
+          row.leaseUntilMs !== row.acceptedAtMs + firstAttemptLeaseMs(config)
+        )
+          return;
+        const update = {
+          state: 'accepted' as const,
+          attempt: row.attempt,
+          nextAttemptAtMs: row.nextAttemptAtMs,
+          lastError,
+        };
+        if (await store.delivery.finishDelivery(outgoingKey, row.rowVersion, update, clock.now())) return;
+      }
     } catch (err) {
       // The lease then simply runs out: the second attempt comes a little later.
       log.warn('could not release a first attempt lease', { key: outgoingKey, err: String(err) });
@@ -317,11 +322,11 @@ export class DeliveryEngine {
     if (routes.length === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
       let pending = routes.length;
-      const hopeful = new Set(routes.filter((s) => !this.deps.peers.backingOff(s)));
+      const hopeful = new Set(routes.filter((s) => !this.deps.peers.down(s)));
       if (hopeful.size === 0) routesDown?.();
       for (const server of routes) {
         if (untriedWhenDown && !hopeful.has(server)) {
-          errors?.push(`${server}: unreachable (backing off), not called`);
+          errors?.push(`${server}: down (its last dial failed), not called`);
           if (--pending === 0) resolve(null);
           continue;
         }
@@ -372,7 +377,11 @@ export class DeliveryEngine {
   async processDue(): Promise<number> {
     const { store, clock } = this.deps;
     const room = this.queueSize - this.queue.length;
-    if (room <= 0 || this.closed || this.scanning) return 0;
+    if (room <= 0 || this.closed) return 0;
+    if (this.scanning) {
+      this.scanAgain = true;
+      return 0;
+    }
     this.scanning = true;
     try {
       const now = clock.now();
@@ -393,6 +402,10 @@ export class DeliveryEngine {
       return queued;
     } finally {
       this.scanning = false;
+      if (this.scanAgain) {
+        this.scanAgain = false;
+        this.scan();
+      }
     }
   }
 
@@ -477,11 +490,12 @@ export class DeliveryEngine {
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
     const errors: string[] = [];
-    // A server backing off (its last dial failed moments ago) is not called: the call would hold a place in
-    // the pool until the redial, and a peer's return wakes its rows anyway (docs/protocol.md §6.4).
+    // A server that is down (its last dial failed) is not called by a regular attempt before the last: the
+    // call would hold a place in the pool until a redial, and a peer's return wakes its rows anyway. The last
+    // attempt calls before `failed`, and so does an extra one: a process saw the peer back (docs/protocol.md §6.4).
     const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, {
       errors,
-      untriedWhenDown: true,
+      untriedWhenDown: regular && due + 1 < schedule.length,
     });
     // Each route's own cause, so /debug/delivery says which server failed and why.
     const lastError = errors.join('; ') || 'no route answered';
@@ -524,8 +538,8 @@ export class DeliveryEngine {
    * matches this server's copy (byte-identical to its own; decision 33).
    */
   private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
-    // Not asked while it is backing off: the attempt would wait for the redial before calling the recipient.
-    if (this.deps.peers.backingOff(peer)) return null;
+    // Not asked while it is down: the attempt would wait for a redial before calling the recipient.
+    if (this.deps.peers.down(peer)) return null;
     try {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;

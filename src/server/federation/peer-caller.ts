@@ -9,8 +9,9 @@ export interface PeerCaller {
    */
   call<K extends OpName>(serverLogin: string, op: K, payload: OpPayload<K>): Promise<OpAnswer<K>>;
   /**
-   * Whether serverLogin could not be reached moments ago: the last dial failed and the next is not due yet,
-   * so a call now waits for that redial (within its timeout) before it can even be sent.
+   * Whether serverLogin is down as far as this server knows: the last dial to it (a call's or a background
+   * one) failed and none has succeeded since, so a call now waits for a redial — or for one in progress
+   * that may fail as well — before it can even be sent.
    */
-  backingOff(serverLogin: string): boolean;
+  down(serverLogin: string): boolean;
 }

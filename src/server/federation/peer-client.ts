@@ -60,6 +60,8 @@ class PeerConnection {
   private ready: Promise<void> | null = null;
   private failures = 0;
   private retryAtMs = 0;
+  /** The last dial failed, and none has succeeded since. */
+  private dialFailed = false;
   private wasDown = false;
   private closed = false;
   private probeTimer: TimerHandle | null = null;
@@ -138,6 +140,8 @@ class PeerConnection {
       () => {
         this.failures = 0;
         this.probeFailures = 0;
+        this.retryAtMs = 0;
+        this.dialFailed = false;
         this.endBackoffWaits();
         if (this.wasDown) {
           this.wasDown = false;
@@ -149,6 +153,7 @@ class PeerConnection {
         this.ws?.terminate();
         this.ws = null;
         this.wasDown = true;
+        this.dialFailed = true;
         if (probe) this.probeFailures++;
         else this.retryAtMs = this.deps.clock.now() + backoff(++this.failures);
         this.probeLater(backoff(this.probeFailures + 1));
@@ -264,9 +269,9 @@ class PeerConnection {
     this.endBackoffWaits();
   }
 
-  /** The last dial failed and the next is not due yet (no connection open or being made). */
-  get backingOff(): boolean {
-    return !this.closed && !this.ready && this.retryAtMs > this.deps.clock.now();
+  /** The last dial failed and none has succeeded since (a redial may be under way or due later). */
+  get down(): boolean {
+    return !this.closed && this.dialFailed && !this.connected;
   }
 
   /** A socket is open to the peer now. */
@@ -320,8 +325,8 @@ export class PeerPool implements PeerCaller {
     this.connections.get(serverLogin)?.reachable();
   }
 
-  backingOff(serverLogin: string): boolean {
-    return this.connections.get(serverLogin)?.backingOff ?? false;
+  down(serverLogin: string): boolean {
+    return this.connections.get(serverLogin)?.down ?? false;
   }
 
   /** Whether a socket to serverLogin is open now (for /debug/peers). */
