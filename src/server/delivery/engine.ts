@@ -91,9 +91,9 @@ interface RouteOptions {
 export interface FirstAttempt {
   outcome: Promise<FirstAttemptOutcome>;
   /**
-   * Resolves when no route is left that could answer soon: every call still running waits for the redial of
-   * a server that could not be reached moments ago (docs/protocol.md §6.2). The sender's answer need not wait
-   * for them; their outcome still comes (outcome). Never resolves otherwise.
+   * Resolves when no route is left that could answer soon: every call still running is to a server that is
+   * down, its last dial failed (docs/protocol.md §6.2). The sender's answer need not wait for them; their
+   * outcome still comes (outcome). Never resolves otherwise.
    */
   routesDown: Promise<void>;
 }

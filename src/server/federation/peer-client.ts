@@ -266,6 +266,7 @@ class PeerConnection {
   /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
   reachable(): void {
     this.retryAtMs = 0;
+    this.dialFailed = false;
     this.endBackoffWaits();
   }
 
