@@ -71,8 +71,8 @@ async function betaDown(alphaSpec: NetworkServerSpec) {
 }
 
 /** alpha with a hand-moved clock and a small worker: a queue of 4 rows, 2 attempts at once. */
-const smallWorker = (clock: ManualClock, workerTickMs: number): NetworkServerSpec =>
-  server('alpha', { clock, workerTickMs, deliveryQueueSize: 4, deliveryPoolSize: 2 });
+const smallWorker = (clock: ManualClock, workerTickMs: number, extra: NetworkServerSpec = {}): NetworkServerSpec =>
+  server('alpha', { clock, workerTickMs, deliveryQueueSize: 4, deliveryPoolSize: 2, ...extra });
 
 /** n pairs alice → bob sent together, each answered `accepted` (beta is down). */
 async function sendWhileDown(down: { a: RawClient; alice: ReturnType<typeof makeUser> }, n: number) {
@@ -330,21 +330,27 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'delivered by the first attempt');
   });
 
-  it('the worker does not wait for a server that is backing off: a down peer’s rows do not hold the pool', async () => {
+  it('the worker does not wait for a server that is down: a down peer’s rows hold neither the pool nor their profile refresh', async () => {
     // alpha's clock moves by hand, so its redial of beta never comes by itself. The pool runs 2 attempts at
-    // once; were each to wait for the redial, rows 3–6 would never get their turn.
+    // once; were each to wait for the redial, the third row would never get its turn. Every attempt refreshes
+    // bob's profile first (profileRefreshMs 0), and the later rows' refresh comes while alpha backs off from
+    // beta: it must not wait for beta either.
     const clock = new ManualClock(Date.now());
-    await using down = await betaDown(smallWorker(clock, 100));
+    await using down = await betaDown(smallWorker(clock, 100, { profileRefreshMs: 0 }));
     const { net, alpha, a } = down;
-    const rows = await sendWhileDown(down, 6);
+    const early = await sendWhileDown(down, 3);
+    clock.advance(100);
+    const late = await sendWhileDown(down, 3);
 
-    // Attempt 2 (offset 400 ms): the first calls dial beta and fail; the rest find alpha backing off.
-    clock.advance(400);
+    clock.advance(300); // 400 ms: the early rows' attempt 2; a dial to beta fails, alpha backs off
     try {
-      for (const m of rows) await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
+      for (const m of early) await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
+      clock.advance(100); // 500 ms: the late rows' attempt 2, with alpha backing off
+      for (const m of late) await waitForRow(alpha, m.outgoingKey, (r) => r.attempt === 2);
     } finally {
-      clock.advance(300); // a hang here would otherwise keep the servers from closing
+      clock.advance(200); // a hang here would otherwise keep the servers from closing
     }
+    const rows = [...early, ...late];
     const causes = await Promise.all(rows.map(async (m) => (await deliveryRow(alpha, m.outgoingKey))!.lastError));
     assert.ok(
       causes.some((c) => /^beta: down \(its last dial failed\), not called$/.test(c!)),
