@@ -103,8 +103,7 @@ export class DeliveryEngine {
   private readonly queue: DeliveryRow[] = [];
   /** Keys in the queue or running, so that overlapping scans never queue one row twice. */
   private readonly queuedKeys = new Set<string>();
-  private running = 0;
-  /** The attempts running now, for a peer's wake-up to wait on (see wake). */
+  /** The attempts running now (at most poolSize), for a peer's wake-up to wait on too (see wake). */
   private readonly attemptsRunning = new Set<Promise<void>>();
   private closed = false;
   /** A pass is reading due rows now. */
@@ -146,7 +145,7 @@ export class DeliveryEngine {
       Object.entries(this.byState).map(([state, n]) => [{ state }, n]),
     );
     m.gauge('delivery_queue_depth', 'Due rows waiting for the attempt pool', () => this.queue.length);
-    m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.running);
+    m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.attemptsRunning.size);
   }
 
   /** Starts the periodic worker; its first pass runs at once (rows left by a previous run). */
@@ -422,20 +421,17 @@ export class DeliveryEngine {
 
   private pump(): void {
     const stopped = () => this.closed || this.deps.background.signal.aborted;
-    while (!stopped() && this.running < this.poolSize && this.queue.length > 0) {
+    while (!stopped() && this.attemptsRunning.size < this.poolSize && this.queue.length > 0) {
       const row = this.queue.shift()!;
-      this.running++;
-      this.deps.background.run('delivery attempt', { key: row.outgoingKey }, () => {
-        const attempt = this.claimAndAttempt(row).finally(() => {
-          this.running--;
-          this.attemptsRunning.delete(attempt);
-          this.queuedKeys.delete(row.outgoingKey);
-          this.pump();
-          this.refill();
-        });
-        this.attemptsRunning.add(attempt);
-        return attempt;
+      const attempt: Promise<void> = this.claimAndAttempt(row).finally(() => {
+        this.attemptsRunning.delete(attempt);
+        this.queuedKeys.delete(row.outgoingKey);
+        this.pump();
+        this.refill();
       });
+      this.attemptsRunning.add(attempt);
+      // Where drain() sees it; a failure is logged there.
+      this.deps.background.run('delivery attempt', { key: row.outgoingKey }, () => attempt);
     }
     if (stopped()) {
       // Unclaimed: whoever runs next picks them up as due.
