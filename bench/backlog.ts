@@ -17,9 +17,13 @@
  * for NORMAL); BENCH_DB=postgres runs both on PostgreSQL, each on a fresh database with synchronous_commit
  * on (printed).
  *
+ * BENCH_FAULT=stop hangs B instead (SIGSTOP, and SIGCONT for its return) while A holds a connection to it: no
+ * call is refused, A's calls on that connection go unanswered until its heartbeat drops it, and each redial
+ * hangs until its handshake times out (s2sTimeoutMs), as with a host that drops packets.
+ *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
  * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
- * BENCH_FIRST_WAIT_MS (the server's default).
+ * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, ShineClient } from '../src/client/index.js';
@@ -36,6 +40,7 @@ const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
 const S2S_TIMEOUT_MS = Number(process.env.BENCH_S2S_TIMEOUT_MS ?? 5000);
 const FIRST_WAIT_MS = process.env.BENCH_FIRST_WAIT_MS ? Number(process.env.BENCH_FIRST_WAIT_MS) : undefined;
 const DOWN_MS = Number(process.env.BENCH_DOWN_MS ?? 3 * S2S_TIMEOUT_MS + 500);
+const FAULT = process.env.BENCH_FAULT === 'stop' ? 'stop' : 'kill';
 const db = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const total = CLIENTS * PAIRS;
 
@@ -60,6 +65,7 @@ const started = await startBenchServers({
 });
 const { a, b } = started;
 let clients: ShineClient[] = [];
+let stopped = false;
 try {
   const users = benchUsers(CLIENTS);
   const base = Date.now() - 60_000;
@@ -77,8 +83,11 @@ try {
   const tracker = new Tracker(600_000);
   clients = await connectBenchUsers(started, users, (key) => tracker.delivered(key));
 
-  // 1. B goes down; A accepts every pair and keeps it.
-  await b.kill('SIGTERM');
+  // 1. B goes down (or hangs); A accepts every pair and keeps it.
+  if (FAULT === 'stop') {
+    process.kill(b.pid, 'SIGSTOP');
+    stopped = true;
+  } else await b.kill('SIGTERM');
   const answerMs: number[] = [];
   const states: Record<string, number> = {};
   const t0 = performance.now();
@@ -101,7 +110,10 @@ try {
   const downSeconds = (performance.now() - t0) / 1000;
 
   // 2. B is back: A notices it and its worker delivers the backlog.
-  await b.restart();
+  if (FAULT === 'stop') {
+    process.kill(b.pid, 'SIGCONT');
+    stopped = false;
+  } else await b.restart();
   const t1 = performance.now();
   const [cpuA0, cpuB0] = [a.cpuMs(), b.cpuMs()];
   const dbCpu = await backendCpuMeter(started.dbUrls);
@@ -119,7 +131,8 @@ try {
       durability: await started.durability(),
       db,
       sqliteWriter: db === 'sqlite' ? sqliteWriter() : null,
-      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; B killed (SIGTERM) before the sends and restarted ${DOWN_MS} ms after the last answer`,
+      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${FAULT === 'stop' ? 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)' : 'B killed (SIGTERM) before the sends and restarted'} ${DOWN_MS} ms after the last answer`,
+      fault: FAULT,
       clients: CLIENTS,
       window: WINDOW,
       pairs: total,
@@ -127,6 +140,9 @@ try {
         pairsPerSec: Math.round(total / (acceptMs / 1000)),
         answerMsP50: pct(answers, 0.5),
         answerMsP99: pct(answers, 0.99),
+        answerMsMax: Math.round(answers[answers.length - 1] ?? 0),
+        /** Answers that took a second or more (waited for a call). */
+        slowAnswers: answers.filter((ms) => ms >= 1000).length,
         answers: states,
         errors: tracker.errors,
       },
@@ -154,6 +170,7 @@ try {
     }),
   );
 } finally {
+  if (stopped) process.kill(b.pid, 'SIGCONT');
   await Promise.all(clients.map((c) => c.close()));
   await started.close();
 }
