@@ -309,7 +309,12 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       ...adminApi({
         store,
         replication,
-        peers: { directory, trouble, connected: (server) => peers.connected(server) },
+        peers: {
+          directory,
+          trouble,
+          connected: (server) => peers.connected(server),
+          down: (server) => peers.down(server),
+        },
         processes,
         check: (opts) => checkDatabase({ store, verifier: bulkVerifier, nowMs: () => clock.now() }, opts),
       }),

@@ -51,7 +51,7 @@ describe('CLI with federated servers', () => {
     assert.equal(status.code, 1, status.stdout);
     assert.match(
       status.stdout,
-      /beta ws:\/\/\S+: not connected, FAILING: \d+ call\(s\) in a row, last error: .*ECONNREFUSED/,
+      /beta ws:\/\/\S+: down \(its last connection failed\), FAILING: \d+ call\(s\) in a row, last error: .*ECONNREFUSED/,
     );
     assert.match(status.stdout, /1 row\(s\) waiting/);
     assert.match(status.stderr, /1 peer server\(s\) failing/);
@@ -64,7 +64,10 @@ describe('CLI with federated servers', () => {
     const status = await home.run(['status', '--server', httpUrl, '--admin-token', 'tok']);
     assert.match(status.stdout, /^server alpha at http:\/\/127\.0\.0\.1:\d+: healthy/);
     assert.match(status.stdout, /deliveries +\d+ accepted/);
-    assert.match(status.stdout, /beta ws:\/\/127\.0\.0\.1:\d+\/ws: (connected|not connected)/);
+    assert.match(
+      status.stdout,
+      /beta ws:\/\/127\.0\.0\.1:\d+\/ws: (connected|not connected|down \(its last connection failed\))/,
+    );
     const sync = await home.run(['sync', '--server', servers.net().servers[1]!.httpUrl, '--admin-token', 'tok']);
     assert.equal(sync.code, 1);
     assert.match(sync.stderr, /answered 404 \(the server has no admin token: start it with SHINE_ADMIN_TOKEN set/);

@@ -232,13 +232,20 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.match(causes[1]!, /^beta2: .*(ECONNREFUSED|backing off|closed|not called)/);
     const peersRoute = alpha.ctx.adminRoutes.find((r) => r.path === '/debug/peers')!;
     const { peers } = (await peersRoute.handle(new URL('http://x/debug/peers'), undefined as never)) as {
-      peers: { serverLogin: string; state: string; connected: boolean; consecutiveFailures: number; dueRows: number }[];
+      peers: {
+        serverLogin: string;
+        state: string;
+        connected: boolean;
+        down: boolean;
+        consecutiveFailures: number;
+        dueRows: number;
+      }[];
     };
     assert.deepEqual(
-      peers.map((p) => [p.serverLogin, p.state, p.connected, p.consecutiveFailures > 0, p.dueRows]),
+      peers.map((p) => [p.serverLogin, p.state, p.connected, p.down, p.consecutiveFailures > 0, p.dueRows]),
       [
-        ['beta1', 'failing', false, true, 1],
-        ['beta2', 'failing', false, true, 1],
+        ['beta1', 'failing', false, true, true, 1],
+        ['beta2', 'failing', false, true, true, 1],
       ],
     );
 
@@ -353,7 +360,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const rows = [...early, ...late];
     const causes = await Promise.all(rows.map(async (m) => (await deliveryRow(alpha, m.outgoingKey))!.lastError));
     assert.ok(
-      causes.some((c) => /^beta: down \(its last dial failed\), not called$/.test(c!)),
+      causes.some((c) => /^beta: down \(its last connection failed\), not called$/.test(c!)),
       causes.join(' | '),
     );
 

@@ -9,6 +9,8 @@ export interface PeerStatus {
   serverLogin: string;
   wsUrl: string;
   connected: boolean;
+  /** The last connection failed and no dial has succeeded since: sends are answered without waiting for it. */
+  down: boolean;
   state: 'up' | 'failing' | 'unknown';
   lastSuccessAtMs: number | null;
   consecutiveFailures: number;
@@ -21,7 +23,7 @@ export function registerStatus(program: Command): void {
     .summary("show a running server's health, queues and peer servers")
     .description(
       'Reads /healthz, /.well-known/shine-server and /metrics; with the admin token also /debug/peers ' +
-        '(per peer server: connected, last success, consecutive failures, the last error, rows waiting for it). ' +
+        '(per peer server: connected or down, last success, consecutive failures, the last error, rows waiting for it). ' +
         'Exit status 1 when the server is unhealthy or a peer is failing.',
     )
     .addHelpText(
@@ -82,7 +84,8 @@ function describePeer(p: PeerStatus): string {
   const success = p.lastSuccessAtMs === null ? 'no success yet' : `last success ${iso(p.lastSuccessAtMs)}`;
   const trouble =
     p.state === 'failing' ? `FAILING: ${p.consecutiveFailures} call(s) in a row, last error: ${p.lastError}` : p.state;
-  return `${p.serverLogin} ${p.wsUrl}: ${p.connected ? 'connected' : 'not connected'}, ${trouble}, ${success}, ${p.dueRows} row(s) waiting`;
+  const link = p.connected ? 'connected' : p.down ? 'down (its last connection failed)' : 'not connected';
+  return `${p.serverLogin} ${p.wsUrl}: ${link}, ${trouble}, ${success}, ${p.dueRows} row(s) waiting`;
 }
 
 /** Prometheus text → value by `name{labels}`, names without the server's `shine_` prefix. */

@@ -19,10 +19,12 @@ export interface AdminRoute {
 
 const STATES: readonly DeliveryState[] = ['accepted', 'delivered', 'failed'];
 
-/** What /debug/peers needs beyond the store: the servers known, which are connected, and call health. */
+/** What /debug/peers needs beyond the store: the servers known, which are connected or down, and call health. */
 export interface PeerView {
   directory: Pick<Directory, 'peerServers'>;
   connected(serverLogin: string): boolean;
+  /** The last connection failed and no dial has succeeded since (PeerCaller.down). */
+  down(serverLogin: string): boolean;
   trouble: Pick<DeliveryTrouble, 'get'>;
 }
 
@@ -68,6 +70,7 @@ export function adminApi(deps: {
                 serverLogin,
                 wsUrl,
                 connected: peers.connected(serverLogin),
+                down: peers.down(serverLogin),
                 state: health?.state ?? 'unknown',
                 lastSuccessAtMs: health?.lastSuccessAtMs ?? null,
                 consecutiveFailures: health?.consecutiveFailures ?? 0,

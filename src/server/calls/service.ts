@@ -169,7 +169,7 @@ export class CallService {
       servers
         .filter((s) => s !== config.serverLogin)
         .map((server) => {
-          // A server that is down (its last dial failed) is not waited for: the call still goes at the
+          // A server that is down (its last connection failed) is not waited for: the call still goes at the
           // redial, within its timeout (docs/protocol.md §5.6, decision 52).
           const down = peers.down(server);
           const call = peers.call(server, 'ReceiveCallSignal', payload);

@@ -92,7 +92,7 @@ export interface FirstAttempt {
   outcome: Promise<FirstAttemptOutcome>;
   /**
    * Resolves when no route is left that could answer soon: every call still running is to a server that is
-   * down, its last dial failed (docs/protocol.md §6.2). The sender's answer need not wait for them; their
+   * down, its last connection failed (docs/protocol.md §6.2). The sender's answer need not wait for them; their
    * outcome still comes (outcome). Never resolves otherwise.
    */
   routesDown: Promise<void>;
@@ -325,7 +325,7 @@ export class DeliveryEngine {
       if (hopeful.size === 0) routesDown?.();
       for (const server of routes) {
         if (untriedWhenDown && !hopeful.has(server)) {
-          errors?.push(`${server}: down (its last dial failed), not called`);
+          errors?.push(`${server}: down (its last connection failed), not called`);
           if (--pending === 0) resolve(null);
           continue;
         }
@@ -486,7 +486,7 @@ export class DeliveryEngine {
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
     const errors: string[] = [];
-    // A server that is down (its last dial failed) is not called by a regular attempt before the last: the
+    // A server that is down (its last connection failed) is not called by a regular attempt before the last: the
     // call would hold a place in the pool until a redial, and a peer's return wakes its rows anyway. The last
     // attempt calls before `failed`, and so does an extra one: a process saw the peer back (docs/protocol.md §6.4).
     const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, {

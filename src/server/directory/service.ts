@@ -261,7 +261,7 @@ export class Directory {
       ...new Set([...known.accessServers, ...this.deps.config.peers.map((p) => p.serverLogin), ...others]),
     ];
     for (const server of candidates) {
-      // A server that is down (its last dial failed) is not asked: the call would wait for a redial, and the
+      // A server that is down (its last connection failed) is not asked: the call would wait for a redial, and the
       // delivery attempt waiting for this refresh with it (docs/protocol.md §4.4).
       if (server === self || peers.down(server)) continue;
       const profile = await this.fetchProfile(peers, server, login);

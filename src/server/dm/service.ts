@@ -195,7 +195,7 @@ export class DmService {
       const outgoingKey = result.outgoing.messageKey;
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
-        // Routes whose servers are down (their last dial failed) do not hold the answer (docs/protocol.md §6.2).
+        // Routes whose servers are down (their last connection failed) do not hold the answer (docs/protocol.md §6.2).
         const answerable = Promise.race([first.outcome, first.routesDown.then(() => null)]);
         const waited = await raceTimer(answerable, config.firstAttemptWaitMs, clock);
         if (waited !== null) deliveryState = waited.state;

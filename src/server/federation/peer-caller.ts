@@ -9,9 +9,10 @@ export interface PeerCaller {
    */
   call<K extends OpName>(serverLogin: string, op: K, payload: OpPayload<K>): Promise<OpAnswer<K>>;
   /**
-   * Whether serverLogin is down as far as this server knows: the last dial to it (a call's or a background
-   * one) failed and none has succeeded since, so a call now waits for a redial — or for one in progress
-   * that may fail as well — before it can even be sent.
+   * Whether serverLogin is down as far as this server knows: the last connection to it failed — a dial (a
+   * call's or a background one), or an open connection that went silent (heartbeats) — and no dial has
+   * succeeded since, nor has it authenticated here. A call now waits for a redial — or for one in progress
+   * that may fail as well, or hang until it times out — before it can even be sent.
    */
   down(serverLogin: string): boolean;
 }

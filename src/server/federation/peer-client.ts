@@ -60,8 +60,8 @@ class PeerConnection {
   private ready: Promise<void> | null = null;
   private failures = 0;
   private retryAtMs = 0;
-  /** The last dial failed, and none has succeeded since. */
-  private dialFailed = false;
+  /** The last connection failed — a dial, or an open connection that went silent — and no dial has succeeded since. */
+  private failed = false;
   private wasDown = false;
   private closed = false;
   private probeTimer: TimerHandle | null = null;
@@ -141,7 +141,7 @@ class PeerConnection {
         this.failures = 0;
         this.probeFailures = 0;
         this.retryAtMs = 0;
-        this.dialFailed = false;
+        this.failed = false;
         this.endBackoffWaits();
         if (this.wasDown) {
           this.wasDown = false;
@@ -153,7 +153,7 @@ class PeerConnection {
         this.ws?.terminate();
         this.ws = null;
         this.wasDown = true;
-        this.dialFailed = true;
+        this.failed = true;
         if (probe) this.probeFailures++;
         else this.retryAtMs = this.deps.clock.now() + backoff(++this.failures);
         this.probeLater(backoff(this.probeFailures + 1));
@@ -235,6 +235,9 @@ class PeerConnection {
           if (answered) return tick();
           if (this.ws !== ws) return;
           this.deps.log.warn('peer connection silent: replacing it', { peer: this.peer, silentMs: every });
+          // The peer is down from now: a host that hangs or drops packets lets the redial hang for a whole
+          // timeout too, and nothing should wait for that (docs/protocol.md §6.2).
+          this.failed = true;
           // terminate, not close: a closing handshake would wait on the silent peer.
           ws.terminate();
         });
@@ -266,13 +269,13 @@ class PeerConnection {
   /** The peer proved it is up (it authenticated to this server): the next call dials at once. */
   reachable(): void {
     this.retryAtMs = 0;
-    this.dialFailed = false;
+    this.failed = false;
     this.endBackoffWaits();
   }
 
-  /** The last dial failed and none has succeeded since (a redial may be under way or due later). */
+  /** The last connection failed and no dial has succeeded since (a redial may be under way or due later). */
   get down(): boolean {
-    return !this.closed && this.dialFailed && !this.connected;
+    return !this.closed && this.failed && !this.connected;
   }
 
   /** A socket is open to the peer now. */
