@@ -231,6 +231,26 @@ describe('anti-entropy: a replica restored from an old backup is repaired', () =
 });
 
 describe('anti-entropy ops: who may call them and what they answer', () => {
+  it('a repair with the partner down gives up on it at the first call that gets no answer, not once per shared user', async () => {
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('golf1'), replicationServer('golf2')],
+    });
+    const G1 = net.servers[0]!;
+    for (let i = 0; i < 5; i++) {
+      const user = makeUser(`gus${i}`, ['golf1', 'golf2'], seedFor(`gus${i}`));
+      await (await connectUser(G1.wsUrl, user, 'g1')).close();
+    }
+    await net.stop(1);
+    // Each further call would wait out the reconnect backoff for a dial that fails as well.
+    const summary = await repair(G1.httpUrl);
+    assert.deepEqual(
+      { peers: summary.peers, owners: summary.owners, errors: summary.errors },
+      { peers: 1, owners: 1, errors: 1 },
+      JSON.stringify(summary),
+    );
+  });
+
   it('DmDigest, DmKeys, DmFetch answer the owner’s copies to its other server, and each error code', async () => {
     await using net = await startNetwork({
       federate: true,

@@ -98,6 +98,9 @@ class SyncProtocolError extends Error {
 const isAfter = (b: SyncCursor, a: SyncCursor): boolean =>
   b.storedAtMs > a.storedAtMs || (b.storedAtMs === a.storedAtMs && b.key > a.key);
 const HOUR = 3_600_000;
+
+/** A call that got no answer (PeerUnavailableError: unreachable, timed out, closed), not an error answer. */
+const unavailable = (err: unknown): boolean => err instanceof Error && err.name === 'PeerUnavailableError';
 /** How often POST /admin/sync asks again for the replication lock another process holds. */
 const LOCK_RETRY_MS = 250;
 
@@ -368,7 +371,7 @@ export class ReplicationService {
           if (err instanceof SyncProtocolError)
             log.error('sync with peer broken off', { peer, owner, err: err.message });
           else log.warn('sync with peer failed', { peer, owner, err: String(err) });
-          if (err instanceof Error && err.name === 'PeerUnavailableError') break; // the next owners would fail alike
+          if (unavailable(err)) break; // the next owners would fail alike
         }
       }
       if (signal.aborted) break;
@@ -409,6 +412,7 @@ export class ReplicationService {
           } catch (err) {
             summary.errors++;
             log.warn('anti-entropy repair failed', { peer, owner: o, err: String(err) });
+            if (unavailable(err)) break; // the next owners would fail alike
           }
         }
       }
