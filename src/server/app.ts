@@ -167,6 +167,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     stoppers.push(['peers', () => peers.close()]);
     // After the services stop scheduling and before the peers and the store they use close.
     stoppers.push(['background', () => background.close()]);
+    // Before the drain: a call to a peer that is down would hold it until the redial, up to a call timeout.
+    stoppers.push(['calls to down peers', () => peers.closeDown()]);
     metrics.gauge(
       's2s_calls_open',
       'Server-to-server calls not finished yet, by peer (waiting for a connection included)',

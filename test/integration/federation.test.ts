@@ -11,6 +11,7 @@ import { describe, it } from 'node:test';
 import WebSocket from 'ws';
 import { ShineClient, createIdentity, makeProfile } from '../../src/client/index.js';
 import type { DirectMessageEvent } from '../../src/protocol/ops.js';
+import { setTimeout as delay } from 'node:timers/promises';
 import { ManualClock } from '../../src/server/clock.js';
 import {
   FAST,
@@ -335,6 +336,25 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       clock.advance(5000); // a hang here would otherwise keep the servers from closing
     }
     assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'delivered by the first attempt');
+  });
+
+  it('alpha stops without waiting for its calls to beta, which is down, to wait out the backoff; their rows stay `accepted`', async () => {
+    // alpha's clock moves by hand and never reaches its redial of beta by itself.
+    const clock = new ManualClock(Date.now());
+    await using down = await betaDown(server('alpha', { clock }));
+    const { net, alpha, alice, a } = down;
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'accepted'); // alpha backs off
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'answered at once: beta is down');
+    assert.equal(await metric(alpha, 'shine_s2s_calls_open', { peer: 'beta' }), 1, 'its call waits out the backoff');
+    const stopped = net.stop(0).then(() => true);
+    const inTime = await Promise.race([stopped, delay(5000).then(() => false)]);
+    clock.advance(1000); // ends a wait for the redial (a hang), so that the servers close either way
+    await stopped;
+    assert.ok(inTime, 'alpha stopped without waiting for the redial');
+    const restarted = await net.start(0);
+    const row = (await deliveryRow(restarted, m.outgoingKey))!;
+    assert.deepEqual([row.state, row.attempt], ['accepted', 1], 'kept for the worker');
   });
 
   it('the worker does not wait for a server that is down: a down peer’s rows hold neither the pool nor their profile refresh', async () => {

@@ -338,6 +338,15 @@ export class PeerPool implements PeerCaller {
     return this.connections.get(serverLogin)?.connected ?? false;
   }
 
+  /**
+   * Shutdown, before the background queue drains: calls to a peer that is down fail now ('pool closed')
+   * instead of holding the drain until its redial, up to a call timeout each; their rows stay `accepted`
+   * for the worker. Its connection stays closed, so no later call dials it. Calls to peers that are up run on.
+   */
+  closeDown(): void {
+    for (const c of this.connections.values()) if (c.down) c.close();
+  }
+
   async close(): Promise<void> {
     for (const c of this.connections.values()) c.close();
     this.connections.clear();
