@@ -20,12 +20,16 @@
  * BENCH_FAULT=stop hangs B instead (SIGSTOP, and SIGCONT for its return) while A holds a connection to it: no
  * call is refused, A's calls on that connection go unanswered until its heartbeat drops it, and each redial
  * hangs until its handshake times out (s2sTimeoutMs), as with a host that drops packets.
+ * BENCH_FAULT=lock (BENCH_DB=postgres) leaves B running but its database stuck: the bench holds an ACCESS
+ * EXCLUSIVE lock on B's signed_messages until B's "return", so B answers pings but no ReceiveIncomingMessage,
+ * and each of A's calls times out (s2sTimeoutMs) on a connection that stays up.
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
  * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
- * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop).
+ * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop | lock).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import type { BuiltPair, ShineClient } from '../src/client/index.js';
 import { textPair } from '../src/client/index.js';
 import { Tracker, benchUsers, connectBenchUsers, scrape, send, startBenchServers } from './lib/federated-load.js';
@@ -40,8 +44,9 @@ const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
 const S2S_TIMEOUT_MS = Number(process.env.BENCH_S2S_TIMEOUT_MS ?? 5000);
 const FIRST_WAIT_MS = process.env.BENCH_FIRST_WAIT_MS ? Number(process.env.BENCH_FIRST_WAIT_MS) : undefined;
 const DOWN_MS = Number(process.env.BENCH_DOWN_MS ?? 3 * S2S_TIMEOUT_MS + 500);
-const FAULT = process.env.BENCH_FAULT === 'stop' ? 'stop' : 'kill';
+const FAULT = (['stop', 'lock'] as const).find((f) => f === process.env.BENCH_FAULT) ?? 'kill';
 const db = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
+if (FAULT === 'lock' && db !== 'postgres') throw new Error('BENCH_FAULT=lock needs BENCH_DB=postgres');
 const total = CLIENTS * PAIRS;
 
 /** How many of the times (ms from some start) fall in each second from it. */
@@ -66,6 +71,8 @@ const started = await startBenchServers({
 const { a, b } = started;
 let clients: ShineClient[] = [];
 let stopped = false;
+/** The transaction holding B's lock (BENCH_FAULT=lock). */
+let lock: pg.Client | null = null;
 try {
   const users = benchUsers(CLIENTS);
   const base = Date.now() - 60_000;
@@ -87,6 +94,11 @@ try {
   if (FAULT === 'stop') {
     process.kill(b.pid, 'SIGSTOP');
     stopped = true;
+  } else if (FAULT === 'lock') {
+    lock = new pg.Client({ connectionString: started.dbUrls[1]! });
+    await lock.connect();
+    await lock.query('BEGIN');
+    await lock.query('LOCK TABLE signed_messages IN ACCESS EXCLUSIVE MODE');
   } else await b.kill('SIGTERM');
   const answerMs: number[] = [];
   const states: Record<string, number> = {};
@@ -113,6 +125,10 @@ try {
   if (FAULT === 'stop') {
     process.kill(b.pid, 'SIGCONT');
     stopped = false;
+  } else if (FAULT === 'lock') {
+    await lock!.query('COMMIT');
+    await lock!.end();
+    lock = null;
   } else await b.restart();
   const t1 = performance.now();
   const [cpuA0, cpuB0] = [a.cpuMs(), b.cpuMs()];
@@ -131,7 +147,7 @@ try {
       durability: await started.durability(),
       db,
       sqliteWriter: db === 'sqlite' ? sqliteWriter() : null,
-      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${FAULT === 'stop' ? 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)' : 'B killed (SIGTERM) before the sends and restarted'} ${DOWN_MS} ms after the last answer`,
+      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${{ stop: 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)', lock: "B's signed_messages locked before the sends and released", kill: 'B killed (SIGTERM) before the sends and restarted' }[FAULT]} ${DOWN_MS} ms after the last answer`,
       fault: FAULT,
       clients: CLIENTS,
       window: WINDOW,
@@ -171,6 +187,7 @@ try {
   );
 } finally {
   if (stopped) process.kill(b.pid, 'SIGCONT');
+  await lock?.end();
   await Promise.all(clients.map((c) => c.close()));
   await started.close();
 }
