@@ -12,6 +12,7 @@ import WebSocket from 'ws';
 import { ShineClient, createIdentity, makeProfile } from '../../src/client/index.js';
 import type { DirectMessageEvent } from '../../src/protocol/ops.js';
 import { setTimeout as delay } from 'node:timers/promises';
+import { ShineError } from '../../src/protocol/errors.js';
 import { ManualClock } from '../../src/server/clock.js';
 import {
   FAST,
@@ -316,6 +317,33 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const row = (await deliveryRow(alpha, m.outgoingKey))!;
     assert.deepEqual([row.state, row.attempt], ['delivered', 1], 'an extra attempt; the schedule is as it was');
     assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), 1);
+  });
+
+  it('beta up all along but failing its calls (its store stuck): its first success delivers the rows kept for later at once', async () => {
+    await using net = await startNetwork({
+      federate: true,
+      servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta')],
+    });
+    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
+    const alice = makeUser('alice', ['alpha']);
+    const bob = makeUser('bob', ['beta']);
+    await using a = await connectUser(alpha.wsUrl, alice);
+    await (await connectUser(beta.wsUrl, bob)).close();
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+
+    // Fault injection: beta's store refuses to write copies; its connection to alpha stays up all along.
+    const messages = beta.ctx.store.messages;
+    const storeCopy = messages.storeCopy.bind(messages);
+    messages.storeCopy = () => Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
+    const kept = [textPair(alice, 'bob'), textPair(alice, 'bob')];
+    for (const m of kept) assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its call failed');
+    messages.storeCopy = storeCopy;
+
+    // Nothing redials: alpha learns beta works again from the next call that succeeds.
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    // The rows kept for later (their next attempt a minute away) go at once.
+    for (const m of kept) await deliveryEvent(a, m.outgoingKey, 'delivered');
+    for (const m of kept) assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'an extra attempt');
   });
 
   it('beta back and calling alpha: alpha’s call waiting out its backoff goes at once', async () => {

@@ -348,7 +348,10 @@ export class DeliveryEngine {
           })
           .then(
             (receipt) => {
-              this.deps.trouble?.succeeded(server);
+              // The first success after failures: the server works again — it may never have been down (its
+              // calls failed or timed out on a connection that stayed up, e.g. while its database was stuck),
+              // so no redial told us. Its rows kept for later are attempted now (docs/protocol.md §6.4).
+              if (this.deps.trouble?.succeeded(server)) this.peerAlive(server);
               resolve(receipt);
             },
             (err: unknown) => {

@@ -58,8 +58,8 @@ export class DeliveryTrouble {
     this.timer = null;
   }
 
-  /** A call to serverLogin succeeded. */
-  succeeded(serverLogin: string): void {
+  /** A call to serverLogin succeeded; answers whether calls to it were failing until now. */
+  succeeded(serverLogin: string): boolean {
     const now = this.deps.clock.now();
     const route = this.route(serverLogin);
     const wasFailing = route.state === 'failing';
@@ -72,6 +72,7 @@ export class DeliveryTrouble {
         failedCalls: failures,
         failingForMs: now - (since ?? now),
       });
+    return wasFailing;
   }
 
   /** A call to serverLogin failed (no answer, or an error answer) with err. */
