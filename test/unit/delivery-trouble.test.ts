@@ -22,7 +22,7 @@ describe('delivery trouble', () => {
   it('logs the first failure, not the next ones, a summary per period, and the recovery', async () => {
     const { clock, lines, trouble } = setup();
     trouble.start();
-    trouble.succeeded('beta');
+    assert.equal(trouble.succeeded('beta'), false, 'not a recovery');
     assert.equal(lines.length, 0, 'a working server is not news');
     for (let i = 0; i < 50; i++) {
       trouble.failed('beta', new Error('beta: Error: connect ECONNREFUSED 10.0.0.2:443'));
@@ -48,7 +48,7 @@ describe('delivery trouble', () => {
     assert.equal(lines[1]!.msg, 'delivery to server still failing');
     assert.equal(lines[1]!.failedSinceLastSummary, 51);
     assert.equal(lines[1]!.consecutiveFailures, 51);
-    trouble.succeeded('beta');
+    assert.equal(trouble.succeeded('beta'), true, 'a recovery: the delivery engine wakes the server’s rows');
     await waitUntil(() => lines.length === 3);
     assert.equal(lines[2]!.level, 'info');
     assert.equal(lines[2]!.msg, 'delivery to server works again');
