@@ -46,7 +46,8 @@ const server = fastServer;
  * delivered, so alpha holds bob's profile and has called beta; then beta is stopped (net.start(1) brings it
  * back). Disposing of it closes the session and the network.
  */
-async function betaDown(alphaSpec: NetworkServerSpec) {
+/** alpha (alice) and beta (bob) federated, one pair alice → bob already delivered. */
+async function alphaAndBeta(alphaSpec: NetworkServerSpec) {
   const net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta')] });
   try {
     const alice = makeUser('alice', ['alpha']);
@@ -54,7 +55,6 @@ async function betaDown(alphaSpec: NetworkServerSpec) {
     const a = await connectUser(net.servers[0]!.wsUrl, alice);
     await (await connectUser(net.servers[1]!.wsUrl, bob)).close();
     assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
-    await net.stop(1);
     return {
       net,
       alpha: net.servers[0]!,
@@ -68,6 +68,18 @@ async function betaDown(alphaSpec: NetworkServerSpec) {
     };
   } catch (err) {
     await net[Symbol.asyncDispose]();
+    throw err;
+  }
+}
+
+/** alphaAndBeta, then beta stopped. */
+async function betaDown(alphaSpec: NetworkServerSpec) {
+  const up = await alphaAndBeta(alphaSpec);
+  try {
+    await up.net.stop(1);
+    return up;
+  } catch (err) {
+    await up[Symbol.asyncDispose]();
     throw err;
   }
 }
@@ -320,16 +332,9 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   });
 
   it('beta up all along but failing its calls (its store stuck): its first success delivers the rows kept for later at once', async () => {
-    await using net = await startNetwork({
-      federate: true,
-      servers: [server('alpha', SLOW_SECOND_ATTEMPT), server('beta')],
-    });
-    const [alpha, beta] = [net.servers[0]!, net.servers[1]!];
-    const alice = makeUser('alice', ['alpha']);
-    const bob = makeUser('bob', ['beta']);
-    await using a = await connectUser(alpha.wsUrl, alice);
-    await (await connectUser(beta.wsUrl, bob)).close();
-    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, a } = up;
+    const beta = net.servers[1]!;
 
     // Fault injection: beta's store refuses to write copies; its connection to alpha stays up all along.
     const messages = beta.ctx.store.messages;
