@@ -192,7 +192,17 @@ interface ServerStats {
   commits: number;
   writes: number;
   gc: GcPauses;
+  /** Delivery attempts so far: first attempts by outcome, then the worker's by outcome. */
+  attempts: Record<string, number>;
 }
+
+const ATTEMPT_SERIES: Record<string, string> = {
+  firstDelivered: 'shine_delivery_first_attempts_total{outcome="delivered"}',
+  firstAccepted: 'shine_delivery_first_attempts_total{outcome="accepted"}',
+  workerDelivered: 'shine_delivery_attempts_total{outcome="delivered"}',
+  workerRetry: 'shine_delivery_attempts_total{outcome="retry"}',
+  workerExtra: 'shine_delivery_attempts_total{outcome="extra"}',
+};
 
 /** A server's /metrics now, as a reader of one sample's value by its series (`name{labels}`), 0 when absent. */
 export async function scrape(s: ServerProcess): Promise<(series: string) => number> {
@@ -223,7 +233,13 @@ async function serverStats(s: ServerProcess): Promise<ServerStats> {
     commits: read('shine_db_commits_total'),
     writes: read('shine_db_writes_total'),
     gc: { minor: gc('minor'), major: gc('major') },
+    attempts: Object.fromEntries(Object.entries(ATTEMPT_SERIES).map(([k, series]) => [k, read(series)])),
   };
+}
+
+/** The delivery attempts a server made between two readings of its stats. */
+function attemptsBetween(before: ServerStats, after: ServerStats): Record<string, number> {
+  return Object.fromEntries(Object.keys(ATTEMPT_SERIES).map((k) => [k, after.attempts[k]! - before.attempts[k]!]));
 }
 
 function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
@@ -460,6 +476,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       commitsPerPair: { A: round2(ca.commits / (CLIENTS * PAIRS)), B: round2(cb.commits / (CLIENTS * PAIRS)) },
       writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
       syscallsPerPair: syscalls,
+      attemptsOnA: attemptsBetween(commits0[0]!, commits1[0]!),
     };
 
     // 2. Latency at a fixed rate, round-robin over the senders.
@@ -490,6 +507,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
+      attemptsOnA: attemptsBetween(commits1[0]!, stats2[0]!),
       mainThreadWaitedForCoreMs: sinceBefore(waited0, servers, runQueueWaitMs, (now, was) => Math.round(now - was)),
       ...(tail
         ? {
