@@ -43,10 +43,9 @@ import { suiteConcurrency } from '../helpers/test-db.js';
 const server = fastServer;
 /**
  * alpha (as `alphaSpec`) and beta federated; alice@alpha (her session `a`) has had one message to bob@beta
- * delivered, so alpha holds bob's profile and has called beta; then beta is stopped (net.start(1) brings it
- * back). Disposing of it closes the session and the network.
+ * delivered, so alpha holds bob's profile and has called beta. Disposing of it closes the session and the
+ * network.
  */
-/** alpha (alice) and beta (bob) federated, one pair alice → bob already delivered. */
 async function alphaAndBeta(alphaSpec: NetworkServerSpec) {
   const net = await startNetwork({ federate: true, servers: [alphaSpec, server('beta')] });
   try {
@@ -72,7 +71,7 @@ async function alphaAndBeta(alphaSpec: NetworkServerSpec) {
   }
 }
 
-/** alphaAndBeta, then beta stopped. */
+/** alphaAndBeta, then beta stopped (net.start(1) brings it back). */
 async function betaDown(alphaSpec: NetworkServerSpec) {
   const up = await alphaAndBeta(alphaSpec);
   try {
@@ -88,13 +87,17 @@ async function betaDown(alphaSpec: NetworkServerSpec) {
 const smallWorker = (clock: ManualClock, workerTickMs: number, extra: NetworkServerSpec = {}): NetworkServerSpec =>
   server('alpha', { clock, workerTickMs, deliveryQueueSize: 4, deliveryPoolSize: 2, ...extra });
 
-/** n pairs alice → bob sent together, each answered `accepted` (beta is down). */
-async function sendWhileDown(down: { a: RawClient; alice: ReturnType<typeof makeUser> }, n: number) {
-  const pairs = Array.from({ length: n }, () => textPair(down.alice, 'bob'));
-  const answers = await Promise.all(pairs.map((m) => sendPair(down.a, m)));
+/** n pairs alice → bob sent together on session a, each answered `accepted` (beta is down or not answering). */
+async function sendWhile(a: RawClient, alice: ReturnType<typeof makeUser>, n: number) {
+  const pairs = Array.from({ length: n }, () => textPair(alice, 'bob'));
+  const answers = await Promise.all(pairs.map((m) => sendPair(a, m)));
   assert.deepEqual(new Set(answers.map((x) => x.deliveryState)), new Set(['accepted']));
   return pairs;
 }
+
+/** n pairs sent together while beta is down (sendWhile). */
+const sendWhileDown = (down: { a: RawClient; alice: ReturnType<typeof makeUser> }, n: number) =>
+  sendWhile(down.a, down.alice, n);
 
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
 const SLOW_SECOND_ATTEMPT: NetworkServerSpec = { retryScheduleMs: '0,60000,120000,180000,240000' };
@@ -349,6 +352,52 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     // The rows kept for later (their next attempt a minute away) go at once.
     for (const m of kept) await deliveryEvent(a, m.outgoingKey, 'delivered');
     for (const m of kept) assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'an extra attempt');
+  });
+
+  it('beta connected but not answering (its store hangs): one call at a time goes to it (the probe), the other sends are answered without a call, and the late answer delivers them all', async () => {
+    await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, s2sTimeoutMs: 1000 }));
+    const { net, alpha, alice, bob, a } = up;
+    const beta = net.servers[1]!;
+
+    // Fault injection: beta's store hangs until released; its connection to alpha stays up (pongs come back).
+    const messages = beta.ctx.store.messages;
+    const storeCopy = messages.storeCopy.bind(messages);
+    let release = (): void => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let calls = 0;
+    messages.storeCopy = (input) => (calls++, released.then(() => storeCopy(input)));
+    try {
+      const first = textPair(alice, 'bob');
+      assert.equal((await sendPair(a, first)).deliveryState, 'accepted', 'its call timed out');
+      assert.equal(calls, 1);
+      const peersRoute = alpha.ctx.adminRoutes.find((r) => r.path === '/debug/peers')!;
+      const { peers } = (await peersRoute.handle(new URL('http://x/debug/peers'), undefined as never)) as {
+        peers: { serverLogin: string; connected: boolean; down: boolean; notAnswering: boolean; lastError: string }[];
+      };
+      const row = peers.find((p) => p.serverLogin === 'beta')!;
+      assert.deepEqual([row.connected, row.down, row.notAnswering], [true, false, true]);
+      assert.match(row.lastError, /ReceiveIncomingMessage timed out/);
+
+      // Five sends together: the first is the probe, the others are not called; none waits for an answer.
+      const kept = await sendWhile(a, alice, 5);
+      assert.equal(calls, 2, 'the first call and one probe');
+      const { lastError } = await waitForRow(alpha, kept[4]!.outgoingKey, (r) => r.lastError !== null);
+      assert.match(lastError!, /^beta: not answering \(ReceiveIncomingMessage timed out\), not called$/);
+
+      // beta's store works again. Nothing redials: the next call to succeed — the probe's late answer, or the
+      // next send's call — wakes the rows kept for later, though their next attempt is a minute away.
+      release();
+      messages.storeCopy = storeCopy;
+      await sendPair(a, textPair(alice, 'bob'));
+      for (const m of [first, ...kept]) await deliveryEvent(a, m.outgoingKey, 'delivered');
+      await using b = await connectUser(beta.wsUrl, bob);
+      const keys = (await history(b, 'alice')).map((h) => h.messageKey);
+      assert.equal(new Set(keys).size, keys.length, 'each held once');
+      for (const m of [first, ...kept]) assert.ok(keys.includes(m.incomingKey));
+    } finally {
+      release();
+      messages.storeCopy = storeCopy;
+    }
   });
 
   it('beta back and calling alpha: alpha’s call waiting out its backoff goes at once', async () => {

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { ShineError } from '../../src/protocol/errors.js';
 import { ManualClock } from '../../src/server/clock.js';
+import { PeerUnavailableError } from '../../src/server/federation/peer-client.js';
 import { DeliveryTrouble } from '../../src/server/delivery/trouble.js';
 import { createLogger } from '../../src/server/log.js';
 import { waitUntil } from '../helpers/wait.js';
@@ -73,5 +75,34 @@ describe('delivery trouble', () => {
         ['beta', 'up', 0],
       ],
     );
+  });
+
+  it('a server not answering gets one call at a time, the probe, until a call succeeds', () => {
+    const { trouble } = setup();
+    assert.equal(trouble.admit('beta'), 'call', 'a server never called');
+    // Failures that say nothing of its work: a connection that failed, a per-message refusal.
+    trouble.failed('beta', new PeerUnavailableError('beta', 'closed while connecting'));
+    trouble.failed('beta', new ShineError('USER_NOT_FOUND', 'beta: no such user'));
+    assert.deepEqual([trouble.admit('beta'), trouble.admit('beta')], ['call', 'call']);
+    assert.equal(trouble.get('beta')!.notAnswering, false);
+
+    // No answer on a connection that stayed up.
+    trouble.failed('beta', new PeerUnavailableError('beta', 'ReceiveIncomingMessage timed out', true));
+    assert.equal(trouble.get('beta')!.notAnswering, true);
+    assert.deepEqual([trouble.admit('beta'), trouble.admit('beta'), trouble.admit('gamma')], ['probe', 'skip', 'call']);
+    // The probe gets a 5xx answer: still not answering, and the next call is the next probe.
+    trouble.failed('beta', new ShineError('OVERLOADED', 'beta: the database is stuck'), true);
+    assert.equal(trouble.get('beta')!.notAnswering, true);
+    assert.deepEqual([trouble.admit('beta'), trouble.admit('beta')], ['probe', 'skip']);
+    // The probe succeeds: a recovery, and every call goes again.
+    assert.equal(trouble.succeeded('beta', true), true);
+    assert.deepEqual([trouble.admit('beta'), trouble.admit('beta')], ['call', 'call']);
+    assert.equal(trouble.get('beta')!.notAnswering, false);
+
+    // Any answer that is not a 5xx shows it does the work again.
+    trouble.failed('beta', new ShineError('INTERNAL', 'beta: oops'));
+    assert.equal(trouble.admit('beta'), 'probe');
+    trouble.failed('beta', new Error('BAD_RECEIPT: wrong signer'), true);
+    assert.deepEqual([trouble.admit('beta'), trouble.admit('beta')], ['call', 'call']);
   });
 });

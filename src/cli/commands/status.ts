@@ -11,6 +11,8 @@ export interface PeerStatus {
   connected: boolean;
   /** The last connection failed and no dial has succeeded since: sends are answered without waiting for it. */
   down: boolean;
+  /** Connected, but its last call got no answer or a 5xx one: one call at a time goes to it until one succeeds. */
+  notAnswering: boolean;
   state: 'up' | 'failing' | 'unknown';
   lastSuccessAtMs: number | null;
   consecutiveFailures: number;
@@ -84,7 +86,13 @@ function describePeer(p: PeerStatus): string {
   const success = p.lastSuccessAtMs === null ? 'no success yet' : `last success ${iso(p.lastSuccessAtMs)}`;
   const trouble =
     p.state === 'failing' ? `FAILING: ${p.consecutiveFailures} call(s) in a row, last error: ${p.lastError}` : p.state;
-  const link = p.connected ? 'connected' : p.down ? 'down (its last connection failed)' : 'not connected';
+  const link = p.down
+    ? 'down (its last connection failed)'
+    : p.notAnswering
+      ? `${p.connected ? 'connected' : 'not connected'} but not answering (one call at a time until one succeeds)`
+      : p.connected
+        ? 'connected'
+        : 'not connected';
   return `${p.serverLogin} ${p.wsUrl}: ${link}, ${trouble}, ${success}, ${p.dueRows} row(s) waiting`;
 }
 

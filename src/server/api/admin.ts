@@ -71,6 +71,7 @@ export function adminApi(deps: {
                 wsUrl,
                 connected: peers.connected(serverLogin),
                 down: peers.down(serverLogin),
+                notAnswering: health?.notAnswering ?? false,
                 state: health?.state ?? 'unknown',
                 lastSuccessAtMs: health?.lastSuccessAtMs ?? null,
                 consecutiveFailures: health?.consecutiveFailures ?? 0,

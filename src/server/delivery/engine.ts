@@ -22,7 +22,7 @@ import type { Logger } from '../log.js';
 import type { Counter, Histogram, Metrics } from '../metrics.js';
 import type { Fanout } from '../cluster/fanout.js';
 import type { DeliveryRow, DeliveryUpdate, Store } from '../store/types.js';
-import type { DeliveryTrouble } from './trouble.js';
+import type { Admission, DeliveryTrouble } from './trouble.js';
 import { causeOf } from './trouble.js';
 
 export interface DeliveryDeps {
@@ -81,10 +81,12 @@ export interface FirstAttemptOutcome {
 interface RouteOptions {
   /** Each failed route's cause is pushed here. */
   errors?: string[];
-  /** Called when, without a success, only calls to servers that were down as they started are left. */
+  /** Called when, without a success, only calls to servers that were down as they started are left (or none). */
   routesDown?: () => void;
   /** Servers that are down are not called: they count as failed at once (a worker's regular attempt). */
   untriedWhenDown?: boolean;
+  /** Every route that is not down is called, one not answering too (the last attempt before `failed`). */
+  everyRoute?: boolean;
 }
 
 /** A first attempt under way. */
@@ -92,8 +94,9 @@ export interface FirstAttempt {
   outcome: Promise<FirstAttemptOutcome>;
   /**
    * Resolves when no route is left that could answer soon: every call still running is to a server that is
-   * down, its last connection failed (docs/protocol.md §6.2). The sender's answer need not wait for them; their
-   * outcome still comes (outcome). Never resolves otherwise.
+   * down, its last connection failed (docs/protocol.md §6.2), and no call was made to a server not answering but
+   * its probe (§6.4). The sender's answer need not wait for them; their outcome still comes (outcome). Never
+   * resolves otherwise.
    */
   routesDown: Promise<void>;
 }
@@ -316,21 +319,37 @@ export class DeliveryEngine {
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
-    { errors, routesDown, untriedWhenDown = false }: RouteOptions = {},
+    { errors, routesDown, untriedWhenDown = false, everyRoute = false }: RouteOptions = {},
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
+    const { peers, trouble } = this.deps;
+    // A server that is down is called (its call waits for a redial) unless untriedWhenDown, but not hoped for: a
+    // sender's answer does not wait for it. One not answering gets one call at a time (DeliveryTrouble.admit):
+    // the answer waits for that probe, which may find it working again, and not for the calls not made.
+    const admission = new Map(
+      routes.map((s): [string, Admission | 'down'] => [
+        s,
+        peers.down(s) ? 'down' : everyRoute ? 'call' : (trouble?.admit(s) ?? 'call'),
+      ]),
+    );
     return new Promise((resolve) => {
       let pending = routes.length;
-      const hopeful = new Set(routes.filter((s) => !this.deps.peers.down(s)));
+      const hopeful = new Set(routes.filter((s) => admission.get(s) === 'call' || admission.get(s) === 'probe'));
       if (hopeful.size === 0) routesDown?.();
       for (const server of routes) {
-        if (untriedWhenDown && !hopeful.has(server)) {
-          errors?.push(`${server}: down (its last connection failed), not called`);
+        const admitted = admission.get(server)!;
+        if (admitted === 'skip' || (untriedWhenDown && admitted === 'down')) {
+          errors?.push(
+            admitted === 'down'
+              ? `${server}: down (its last connection failed), not called`
+              : `${server}: not answering (${trouble?.get(server)?.lastError ?? 'no answer'}), not called`,
+          );
           if (--pending === 0) resolve(null);
           continue;
         }
+        const probe = admitted === 'probe';
         const started = performance.now();
-        const settled = this.deps.peers
+        const settled = peers
           .call(server, 'ReceiveIncomingMessage', payload)
           .then(async (answer) => {
             this.callSeconds.observe((performance.now() - started) / 1000);
@@ -351,12 +370,12 @@ export class DeliveryEngine {
               // The first success after failures: the server works again — it may never have been down (its
               // calls failed or timed out on a connection that stayed up, e.g. while its database was stuck),
               // so no redial told us. Its rows kept for later are attempted now (docs/protocol.md §6.4).
-              if (this.deps.trouble?.succeeded(server)) this.peerAlive(server);
+              if (trouble?.succeeded(server, probe)) this.peerAlive(server);
               resolve(receipt);
             },
             (err: unknown) => {
               this.s2sErrors.inc({ peer: server });
-              this.deps.trouble?.failed(server, err);
+              trouble?.failed(server, err, probe);
               errors?.push(`${server}: ${causeOf(server, err)}`);
               this.deps.log.debug('delivery call failed', { server, err: String(err) });
               const wasHopeful = hopeful.delete(server);
@@ -492,9 +511,12 @@ export class DeliveryEngine {
     // A server that is down (its last connection failed) is not called by a regular attempt before the last: the
     // call would hold a place in the pool until a redial, and a peer's return wakes its rows anyway. The last
     // attempt calls before `failed`, and so does an extra one: a process saw the peer back (docs/protocol.md §6.4).
+    // The last calls a server that is not answering too, though another call (its probe) is under way.
+    const last = regular && due + 1 >= schedule.length;
     const delivered = await this.deliverTo(row.recipientLogin, payload, want, config.s2sTimeoutMs, {
       errors,
-      untriedWhenDown: regular && due + 1 < schedule.length,
+      untriedWhenDown: regular && !last,
+      everyRoute: last,
     });
     // Each route's own cause, so /debug/delivery says which server failed and why.
     const lastError = errors.join('; ') || 'no route answered';
@@ -514,7 +536,7 @@ export class DeliveryEngine {
         nextAttemptAtMs: row.acceptedAtMs + schedule[row.attempt]!,
         lastError,
       });
-    } else if (due + 1 >= schedule.length) {
+    } else if (last) {
       await this.finish(row, {
         state: 'failed',
         attempt: due + 1,

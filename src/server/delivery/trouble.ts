@@ -4,7 +4,9 @@
  * periodic summary line per server still failing, so a server that is down for an hour costs a handful
  * of lines instead of one per call. /debug/peers reads the same state.
  */
+import { ShineError } from '../../protocol/errors.js';
 import type { Clock, TimerHandle } from '../clock.js';
+import { PeerUnavailableError } from '../federation/peer-client.js';
 import type { Logger } from '../log.js';
 
 /** What is known about calls to one destination server. */
@@ -18,6 +20,21 @@ export interface RouteHealth {
   lastFailureAtMs: number | null;
   /** When the current run of failures began. */
   failingSinceMs: number | null;
+  /**
+   * Its last call got no answer on a connection that stayed up, or a server-side error answer (5xx): its process
+   * runs but cannot do the work, e.g. its database is stuck. Until a call succeeds, one call at a time goes to
+   * it (admit).
+   */
+  notAnswering: boolean;
+}
+
+/** What admit allows: a call as usual, the one call to a server not answering, or no call. */
+export type Admission = 'call' | 'probe' | 'skip';
+
+/** A failure that says the server's process is up but does not do the work: no answer in time, or a 5xx answer. */
+function notAnswering(err: unknown): boolean {
+  if (err instanceof PeerUnavailableError) return err.unanswered;
+  return err instanceof ShineError && err.status >= 500;
 }
 
 export interface TroubleDeps {
@@ -39,6 +56,8 @@ export class DeliveryTrouble {
   private readonly routes = new Map<string, RouteHealth>();
   /** Failed calls per server since the last summary, so the summary says how much went wrong meanwhile. */
   private readonly failedSinceSummary = new Map<string, number>();
+  /** Servers not answering whose one call (the probe) is under way. */
+  private readonly probing = new Set<string>();
   private timer: TimerHandle | null = null;
 
   constructor(private readonly deps: TroubleDeps) {}
@@ -58,14 +77,35 @@ export class DeliveryTrouble {
     this.timer = null;
   }
 
+  /**
+   * Whether a delivery call to serverLogin goes now (docs/protocol.md §6.4). Always, unless the server is not
+   * answering (RouteHealth.notAnswering): then one call at a time goes, the probe, and the others are not made —
+   * each would hold its caller (a sender's answer, a place in the worker's pool) for a whole call timeout, and
+   * pile up on the server for when it recovers. The probe's success tells it works again. A 'probe' is
+   * reported back with `probe` set in succeeded or failed.
+   */
+  admit(serverLogin: string): Admission {
+    if (!this.routes.get(serverLogin)?.notAnswering) return 'call';
+    if (this.probing.has(serverLogin)) return 'skip';
+    this.probing.add(serverLogin);
+    return 'probe';
+  }
+
   /** A call to serverLogin succeeded; answers whether calls to it were failing until now. */
-  succeeded(serverLogin: string): boolean {
+  succeeded(serverLogin: string, probe = false): boolean {
     const now = this.deps.clock.now();
     const route = this.route(serverLogin);
     const wasFailing = route.state === 'failing';
     const failures = route.consecutiveFailures;
     const since = route.failingSinceMs;
-    Object.assign(route, { state: 'up', lastSuccessAtMs: now, consecutiveFailures: 0, failingSinceMs: null });
+    if (probe) this.probing.delete(serverLogin);
+    Object.assign(route, {
+      state: 'up',
+      lastSuccessAtMs: now,
+      consecutiveFailures: 0,
+      failingSinceMs: null,
+      notAnswering: false,
+    });
     this.failedSinceSummary.delete(serverLogin);
     if (wasFailing)
       this.logWithUrl('info', 'delivery to server works again', serverLogin, {
@@ -76,11 +116,17 @@ export class DeliveryTrouble {
   }
 
   /** A call to serverLogin failed (no answer, or an error answer) with err. */
-  failed(serverLogin: string, err: unknown): void {
+  failed(serverLogin: string, err: unknown, probe = false): void {
     const now = this.deps.clock.now();
     const route = this.route(serverLogin);
     const cause = causeOf(serverLogin, err);
     const first = route.state === 'up';
+    if (probe) this.probing.delete(serverLogin);
+    // Any other answer shows it does the work; a connection that failed is the peer client's to tell (down).
+    const stuck = notAnswering(err);
+    if (stuck && !route.notAnswering)
+      this.logWithUrl('warn', 'server not answering: one call at a time until one succeeds', serverLogin, { cause });
+    route.notAnswering = stuck;
     route.consecutiveFailures++;
     route.lastFailureAtMs = now;
     // While the peer client backs off, calls fail without trying: the cause worth showing is the last real one.
@@ -133,6 +179,7 @@ export class DeliveryTrouble {
         lastError: null,
         lastFailureAtMs: null,
         failingSinceMs: null,
+        notAnswering: false,
       };
       this.routes.set(serverLogin, r);
     }

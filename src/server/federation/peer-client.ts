@@ -40,6 +40,12 @@ export class PeerUnavailableError extends Error {
   constructor(
     readonly serverLogin: string,
     message: string,
+    /**
+     * The call was sent on an open connection and its time ran out without an answer: the peer's process
+     * reads (its connection stayed up) but does not answer, e.g. while its database is stuck. False when no
+     * connection could carry the call (dial, backoff, a connection closed or dropped for silence).
+     */
+    readonly unanswered = false,
   ) {
     super(`${serverLogin}: ${message}`);
     this.name = 'PeerUnavailableError';
@@ -253,7 +259,9 @@ class PeerConnection {
   private readonly errors: ChannelErrors = {
     answered: (frame) => errorOfAnswer(frame, `${this.peer}: `),
     unanswered: (why, op, message) =>
-      new PeerUnavailableError(this.peer, why === 'TIMEOUT' ? `${op} timed out` : message),
+      why === 'TIMEOUT'
+        ? new PeerUnavailableError(this.peer, `${op} timed out`, true)
+        : new PeerUnavailableError(this.peer, message),
   };
 
   private onClose(ws: WebSocket, channel: RequestChannel): void {
