@@ -400,6 +400,30 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     }
   });
 
+  it('beta not answering while nothing more is sent to it: alpha probes it, and the pair kept for it goes as soon as it answers', async () => {
+    await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, s2sTimeoutMs: 1000 }));
+    const { net, alpha, alice, a } = up;
+    const messages = net.servers[1]!.ctx.store.messages;
+    const storeCopy = messages.storeCopy.bind(messages);
+    let release = (): void => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let calls = 0;
+    messages.storeCopy = (input) => (calls++, released.then(() => storeCopy(input)));
+    try {
+      const m = textPair(alice, 'bob');
+      assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its call timed out');
+      // No send and no regular attempt (a minute away) calls beta: alpha's own probe does, and waits too.
+      await waitUntil(() => calls >= 2);
+      release();
+      messages.storeCopy = storeCopy;
+      await deliveryEvent(a, m.outgoingKey, 'delivered');
+      assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'an extra attempt (or the probe itself)');
+    } finally {
+      release();
+      messages.storeCopy = storeCopy;
+    }
+  });
+
   it('beta back and calling alpha: alpha’s call waiting out its backoff goes at once', async () => {
     // alpha's clock moves by hand and never reaches its redial of beta; only beta's ServerAuth tells alpha.
     const clock = new ManualClock(Date.now());

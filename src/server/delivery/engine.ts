@@ -56,6 +56,18 @@ export interface DeliveryOptions {
   queueSize?: number;
 }
 
+/** The first wait before probing a server not answering again (callOne), doubling up to PROBE_MAX_MS. */
+const PROBE_FIRST_MS = 1000;
+const PROBE_MAX_MS = 60_000;
+
+/** What the next probe of a server not answering delivers, and when. */
+interface Probe {
+  payload: OpPayload<'ReceiveIncomingMessage'>;
+  want: ReceiptExpectation;
+  timer: TimerHandle | null;
+  waitMs: number;
+}
+
 /** A claimed row's lease, in call timeouts. */
 const LEASE_TIMEOUTS = 6;
 
@@ -103,6 +115,8 @@ export interface FirstAttempt {
 
 export class DeliveryEngine {
   private timer: TimerHandle | null = null;
+  /** Per server not answering: the message its next probe delivers, and that probe's timer and backoff. */
+  private readonly probes = new Map<string, Probe>();
   private readonly queue: DeliveryRow[] = [];
   /** Keys in the queue or running, so that overlapping scans never queue one row twice. */
   private readonly queuedKeys = new Set<string>();
@@ -165,6 +179,7 @@ export class DeliveryEngine {
   close(): void {
     this.closed = true;
     this.timer?.cancel();
+    for (const server of [...this.probes.keys()]) this.stopProbing(server);
     this.pump(); // drops the rows not started yet
   }
 
@@ -339,6 +354,7 @@ export class DeliveryEngine {
       for (const server of routes) {
         const admitted = admission.get(server)!;
         if (admitted === 'skip' || (untriedWhenDown && admitted === 'down')) {
+          if (admitted === 'skip') this.keepForProbe(server, payload, want);
           errors?.push(
             admitted === 'down'
               ? `${server}: down (its last connection failed), not called`
@@ -347,46 +363,98 @@ export class DeliveryEngine {
           if (--pending === 0) resolve(null);
           continue;
         }
-        const probe = admitted === 'probe';
-        const started = performance.now();
-        const settled = peers
-          .call(server, 'ReceiveIncomingMessage', payload)
-          .then(async (answer) => {
-            this.callSeconds.observe((performance.now() - started) / 1000);
-            // Only the server called may prove the delivery to it.
-            const checked = await checkReceipt(answer.receipt, { ...want, serverLogins: [server] }, this.deps);
-            if ('problem' in checked) {
-              this.deps.log.warn('delivery answered without a valid receipt', {
-                server,
-                key: want.messageKey,
-                err: `BAD_RECEIPT: ${checked.problem}`,
-              });
-              throw new Error(`BAD_RECEIPT: ${checked.problem}`);
-            }
-            return checked.receipt;
-          })
-          .then(
-            (receipt) => {
-              // The first success after failures: the server works again — it may never have been down (its
-              // calls failed or timed out on a connection that stayed up, e.g. while its database was stuck),
-              // so no redial told us. Its rows kept for later are attempted now (docs/protocol.md §6.4).
-              if (trouble?.succeeded(server, probe)) this.peerAlive(server);
-              resolve(receipt);
-            },
-            (err: unknown) => {
-              this.s2sErrors.inc({ peer: server });
-              trouble?.failed(server, err, probe);
-              errors?.push(`${server}: ${causeOf(server, err)}`);
-              this.deps.log.debug('delivery call failed', { server, err: String(err) });
-              const wasHopeful = hopeful.delete(server);
-              if (--pending === 0) resolve(null);
-              else if (wasHopeful && hopeful.size === 0) routesDown?.();
-            },
-          );
-        // A call that outlives the first success still runs to its end where drain() can see it.
-        this.deps.background.run('delivery call', { server }, () => settled);
+        this.callOne(server, payload, want, admitted === 'probe').then(resolve, (err: unknown) => {
+          errors?.push(`${server}: ${causeOf(server, err)}`);
+          const wasHopeful = hopeful.delete(server);
+          if (--pending === 0) resolve(null);
+          else if (wasHopeful && hopeful.size === 0) routesDown?.();
+        });
       }
     });
+  }
+
+  /**
+   * One delivery call to a recipient server: resolves with its receipt, checked, or rejects. Its outcome goes to
+   * the server's trouble record (`probe`: it is the one call admitted to a server not answering); the call runs to
+   * its end where drain() can see it, even when its caller no longer waits for it.
+   */
+  private callOne(
+    server: string,
+    payload: OpPayload<'ReceiveIncomingMessage'>,
+    want: ReceiptExpectation,
+    probe: boolean,
+  ): Promise<DeliveryReceipt> {
+    const { trouble } = this.deps;
+    const started = performance.now();
+    const settled = this.deps.peers
+      .call(server, 'ReceiveIncomingMessage', payload)
+      .then(async (answer) => {
+        this.callSeconds.observe((performance.now() - started) / 1000);
+        // Only the server called may prove the delivery to it.
+        const checked = await checkReceipt(answer.receipt, { ...want, serverLogins: [server] }, this.deps);
+        if ('problem' in checked) {
+          this.deps.log.warn('delivery answered without a valid receipt', {
+            server,
+            key: want.messageKey,
+            err: `BAD_RECEIPT: ${checked.problem}`,
+          });
+          throw new Error(`BAD_RECEIPT: ${checked.problem}`);
+        }
+        return checked.receipt;
+      })
+      .then(
+        (receipt) => {
+          this.stopProbing(server);
+          // The first success after failures: the server works again — it may never have been down (its
+          // calls failed or timed out on a connection that stayed up, e.g. while its database was stuck),
+          // so no redial told us. Its rows kept for later are attempted now (docs/protocol.md §6.4).
+          if (trouble?.succeeded(server, probe)) this.peerAlive(server);
+          return receipt;
+        },
+        (err: unknown) => {
+          this.s2sErrors.inc({ peer: server });
+          trouble?.failed(server, err, probe);
+          this.deps.log.debug('delivery call failed', { server, err: String(err) });
+          if (trouble?.get(server)?.notAnswering) {
+            this.keepForProbe(server, payload, want);
+            this.probeLater(server);
+          } else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
+          throw err;
+        },
+      );
+    this.deps.background.run('delivery call', { server }, () => settled.catch(() => {}));
+    return settled;
+  }
+
+  /** A call to a server not answering was not made, or failed: its message is the next probe's. */
+  private keepForProbe(server: string, payload: OpPayload<'ReceiveIncomingMessage'>, want: ReceiptExpectation): void {
+    const p = this.probes.get(server);
+    if (p) Object.assign(p, { payload, want });
+    else this.probes.set(server, { payload, want, timer: null, waitMs: PROBE_FIRST_MS });
+  }
+
+  /**
+   * The next probe of a server not answering, after a backoff (PROBE_FIRST_MS doubling up to PROBE_MAX_MS): a
+   * server that recovers while no send or regular attempt calls it is found then, not at its rows' next offset
+   * (up to 25 min away). The probe delivers the latest message kept for it; its success wakes the server's rows.
+   */
+  private probeLater(server: string): void {
+    const p = this.probes.get(server);
+    if (!p || p.timer || this.closed) return;
+    p.timer = this.deps.clock.setTimer(p.waitMs, () => {
+      p.timer = null;
+      p.waitMs = Math.min(2 * p.waitMs, PROBE_MAX_MS);
+      // A call is admitted as the probe unless the server works again ('call') or a probe is under way ('skip'),
+      // whose failure asks for the next one.
+      if (this.closed || this.deps.trouble?.admit(server) !== 'probe') return;
+      this.deps.log.debug('probing a server not answering', { peer: server });
+      this.callOne(server, p.payload, p.want, true).catch(() => {});
+    });
+  }
+
+  private stopProbing(server: string): void {
+    this.probes.get(server)?.timer?.cancel();
+    this.probes.delete(server);
   }
 
   /**
