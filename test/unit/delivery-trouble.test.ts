@@ -99,6 +99,12 @@ describe('delivery trouble', () => {
     assert.deepEqual([trouble.admit('beta'), trouble.admit('beta')], ['call', 'call']);
     assert.equal(trouble.get('beta')!.notAnswering, false);
 
+    // A call unanswered for as long as a sender waits: not answering, though nothing failed yet.
+    trouble.unanswered('beta');
+    assert.deepEqual([trouble.get('beta')!.state, trouble.admit('beta'), trouble.admit('beta')], ['up', 'probe', 'skip']);
+    assert.equal(trouble.succeeded('beta', true), true, 'a recovery: calls were not made meanwhile');
+    assert.equal(trouble.admit('beta'), 'call');
+
     // Any answer that is not a 5xx shows it does the work again.
     trouble.failed('beta', new ShineError('INTERNAL', 'beta: oops'));
     assert.equal(trouble.admit('beta'), 'probe');

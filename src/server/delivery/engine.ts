@@ -56,9 +56,11 @@ export interface DeliveryOptions {
   queueSize?: number;
 }
 
-/** The first wait before probing a server not answering again (callOne), doubling up to PROBE_MAX_MS. */
+/** The shortest sender's wait whose end marks the servers still called as not answering (FirstAttempt.waitedOut). */
+const UNANSWERED_FLOOR_MS = 1000;
+
+/** The first wait between probes of a server not answering (probeLater), doubling up to a call timeout. */
 const PROBE_FIRST_MS = 1000;
-const PROBE_MAX_MS = 60_000;
 
 /** What the next probe of a server not answering delivers, and when. */
 interface Probe {
@@ -99,6 +101,8 @@ interface RouteOptions {
   untriedWhenDown?: boolean;
   /** Every route that is not down is called, one not answering too (the last attempt before `failed`). */
   everyRoute?: boolean;
+  /** Servers whose calls are running, kept up to date (a first attempt's, for waitedOut). */
+  running?: Set<string>;
 }
 
 /** A first attempt under way. */
@@ -111,6 +115,12 @@ export interface FirstAttempt {
    * resolves otherwise.
    */
   routesDown: Promise<void>;
+  /**
+   * The sender's wait (firstAttemptWaitMs) ran out before the outcome: each server whose call is still running,
+   * and that is not down, is not answering from now (DeliveryTrouble.unanswered), so the next sends do not
+   * wait on it too. Not with a wait under UNANSWERED_FLOOR_MS.
+   */
+  waitedOut(): void;
 }
 
 export class DeliveryEngine {
@@ -205,7 +215,12 @@ export class DeliveryEngine {
     const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
     let down = (): void => {};
     const routesDown = new Promise<void>((resolve) => (down = resolve));
-    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, { errors, routesDown: down }).catch(
+    const running = new Set<string>();
+    const calls = this.deliverTo(incoming.toLogin, payload, want, refreshWaitMs, {
+      errors,
+      routesDown: down,
+      running,
+    }).catch(
       (err: unknown): Delivered => {
         this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
         return null;
@@ -246,7 +261,12 @@ export class DeliveryEngine {
       );
     }
     this.deps.background.run('first attempt', { key: outgoingKey }, () => outcome);
-    return { outcome, routesDown };
+    const waitedOut = (): void => {
+      // A wait set shorter than a busy server's answer may take says nothing of the server.
+      if (firstAttemptWaitMs < UNANSWERED_FLOOR_MS) return;
+      for (const server of running) if (!this.deps.peers.down(server)) this.deps.trouble?.unanswered(server);
+    };
+    return { outcome, routesDown, waitedOut };
   }
 
   /**
@@ -334,7 +354,7 @@ export class DeliveryEngine {
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
-    { errors, routesDown, untriedWhenDown = false, everyRoute = false }: RouteOptions = {},
+    { errors, routesDown, untriedWhenDown = false, everyRoute = false, running }: RouteOptions = {},
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
     const { peers, trouble } = this.deps;
@@ -358,12 +378,15 @@ export class DeliveryEngine {
           errors?.push(
             admitted === 'down'
               ? `${server}: down (its last connection failed), not called`
-              : `${server}: not answering (${trouble?.get(server)?.lastError ?? 'no answer'}), not called`,
+              : `${server}: not answering (one call at a time until one succeeds), not called`,
           );
           if (--pending === 0) resolve(null);
           continue;
         }
-        this.callOne(server, payload, want, admitted === 'probe').then(resolve, (err: unknown) => {
+        running?.add(server);
+        const call = this.callOne(server, payload, want, admitted === 'probe');
+        call.finally(() => running?.delete(server)).catch(() => {});
+        call.then(resolve, (err: unknown) => {
           errors?.push(`${server}: ${causeOf(server, err)}`);
           const wasHopeful = hopeful.delete(server);
           if (--pending === 0) resolve(null);
@@ -384,8 +407,9 @@ export class DeliveryEngine {
     want: ReceiptExpectation,
     probe: boolean,
   ): Promise<DeliveryReceipt> {
-    const { trouble } = this.deps;
+    const { trouble, clock } = this.deps;
     const started = performance.now();
+    const startedAtMs = clock.now();
     const settled = this.deps.peers
       .call(server, 'ReceiveIncomingMessage', payload)
       .then(async (answer) => {
@@ -417,7 +441,7 @@ export class DeliveryEngine {
           this.deps.log.debug('delivery call failed', { server, err: String(err) });
           if (trouble?.get(server)?.notAnswering) {
             this.keepForProbe(server, payload, want);
-            this.probeLater(server);
+            this.probeLater(server, startedAtMs);
           } else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
           throw err;
         },
@@ -430,20 +454,31 @@ export class DeliveryEngine {
   private keepForProbe(server: string, payload: OpPayload<'ReceiveIncomingMessage'>, want: ReceiptExpectation): void {
     const p = this.probes.get(server);
     if (p) Object.assign(p, { payload, want });
-    else this.probes.set(server, { payload, want, timer: null, waitMs: PROBE_FIRST_MS });
+    else
+      this.probes.set(server, {
+        payload,
+        want,
+        timer: null,
+        waitMs: Math.min(PROBE_FIRST_MS, this.deps.config.s2sTimeoutMs),
+      });
   }
 
   /**
-   * The next probe of a server not answering, after a backoff (PROBE_FIRST_MS doubling up to PROBE_MAX_MS): a
-   * server that recovers while no send or regular attempt calls it is found then, not at its rows' next offset
-   * (up to 25 min away). The probe delivers the latest message kept for it; its success wakes the server's rows.
+   * The next probe of a server not answering, a backoff after the start of the call that just failed
+   * (PROBE_FIRST_MS doubling up to s2sTimeoutMs): a server that recovers while no send or regular attempt calls
+   * it is found then, not at its rows' next offset (up to 25 min away). A call that timed out has waited its
+   * backoff already, so a server that does not answer at all always has one probe waiting on it, and the probe
+   * that is waiting as it recovers finds it. The probe delivers the latest message kept for the server; its
+   * success wakes the server's rows.
    */
-  private probeLater(server: string): void {
+  private probeLater(server: string, failedCallStartedAtMs: number): void {
     const p = this.probes.get(server);
     if (!p || p.timer || this.closed) return;
-    p.timer = this.deps.clock.setTimer(p.waitMs, () => {
+    const { clock, config } = this.deps;
+    const waitMs = Math.max(0, failedCallStartedAtMs + p.waitMs - clock.now());
+    p.timer = clock.setTimer(waitMs, () => {
       p.timer = null;
-      p.waitMs = Math.min(2 * p.waitMs, PROBE_MAX_MS);
+      p.waitMs = Math.min(2 * p.waitMs, config.s2sTimeoutMs);
       // A call is admitted as the probe unless the server works again ('call') or a probe is under way ('skip'),
       // whose failure asks for the next one.
       if (this.closed || this.deps.trouble?.admit(server) !== 'probe') return;

@@ -91,11 +91,28 @@ export class DeliveryTrouble {
     return 'probe';
   }
 
-  /** A call to serverLogin succeeded; answers whether calls to it were failing until now. */
+  /**
+   * A call to serverLogin has gone unanswered for as long as a sender waits for a first attempt
+   * (firstAttemptWaitMs): it is not answering from now, though the call may still succeed or time out.
+   */
+  unanswered(serverLogin: string): void {
+    const route = this.route(serverLogin);
+    if (route.notAnswering) return;
+    route.notAnswering = true;
+    this.logWithUrl('warn', 'server not answering: one call at a time until one succeeds', serverLogin, {
+      cause: 'a call unanswered for as long as a sender waits',
+    });
+  }
+
+  /**
+   * A call to serverLogin succeeded; answers whether this is a recovery: calls to it were failing until now,
+   * or it was not answering (calls to it were not made).
+   */
   succeeded(serverLogin: string, probe = false): boolean {
     const now = this.deps.clock.now();
     const route = this.route(serverLogin);
     const wasFailing = route.state === 'failing';
+    const recovered = wasFailing || route.notAnswering;
     const failures = route.consecutiveFailures;
     const since = route.failingSinceMs;
     if (probe) this.probing.delete(serverLogin);
@@ -112,7 +129,7 @@ export class DeliveryTrouble {
         failedCalls: failures,
         failingForMs: now - (since ?? now),
       });
-    return wasFailing;
+    return recovered;
   }
 
   /** A call to serverLogin failed (no answer, or an error answer) with err. */

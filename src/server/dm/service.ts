@@ -196,9 +196,11 @@ export class DmService {
       const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
         // Routes whose servers are down (their last connection failed) do not hold the answer (docs/protocol.md §6.2).
-        const answerable = Promise.race([first.outcome, first.routesDown.then(() => null)]);
+        const answerable = Promise.race([first.outcome, first.routesDown.then(() => 'down' as const)]);
         const waited = await raceTimer(answerable, config.firstAttemptWaitMs, clock);
-        if (waited !== null) deliveryState = waited.state;
+        // A server that did not answer within the wait is not waited for by the next sends (§6.4).
+        if (waited === null) first.waitedOut();
+        if (waited !== null && waited !== 'down') deliveryState = waited.state;
         else delivery.reportLate(first.outcome, login, baseKeyOf(pair.outgoing), outgoingKey);
       }
     }
