@@ -383,9 +383,11 @@ export class DeliveryEngine {
           if (--pending === 0) resolve(null);
           continue;
         }
-        running?.add(server);
         const call = this.callOne(server, payload, want, admitted === 'probe');
-        call.finally(() => running?.delete(server)).catch(() => {});
+        if (running) {
+          running.add(server);
+          call.finally(() => running.delete(server)).catch(() => {});
+        }
         call.then(resolve, (err: unknown) => {
           errors?.push(`${server}: ${causeOf(server, err)}`);
           const wasHopeful = hopeful.delete(server);
