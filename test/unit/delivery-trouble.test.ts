@@ -101,7 +101,10 @@ describe('delivery trouble', () => {
 
     // A call unanswered for as long as a sender waits: not answering, though nothing failed yet.
     trouble.unanswered('beta');
-    assert.deepEqual([trouble.get('beta')!.state, trouble.admit('beta'), trouble.admit('beta')], ['up', 'probe', 'skip']);
+    assert.deepEqual(
+      [trouble.get('beta')!.state, trouble.admit('beta'), trouble.admit('beta')],
+      ['up', 'probe', 'skip'],
+    );
     assert.equal(trouble.succeeded('beta', true), true, 'a recovery: calls were not made meanwhile');
     assert.equal(trouble.admit('beta'), 'call');
 

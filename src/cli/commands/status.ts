@@ -82,7 +82,8 @@ function serverDescriptor(body: string, base: URL): { serverLogin: string; wsUrl
   return { serverLogin: d.serverLogin, wsUrl: d.wsUrl };
 }
 
-function describePeer(p: PeerStatus): string {
+/** One peer as `shine status` prints it. */
+export function describePeer(p: PeerStatus): string {
   const success = p.lastSuccessAtMs === null ? 'no success yet' : `last success ${iso(p.lastSuccessAtMs)}`;
   const trouble =
     p.state === 'failing' ? `FAILING: ${p.consecutiveFailures} call(s) in a row, last error: ${p.lastError}` : p.state;

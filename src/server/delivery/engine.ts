@@ -220,12 +220,10 @@ export class DeliveryEngine {
       errors,
       routesDown: down,
       running,
-    }).catch(
-      (err: unknown): Delivered => {
-        this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
-        return null;
-      },
-    );
+    }).catch((err: unknown): Delivered => {
+      this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
+      return null;
+    });
     const outcome = calls.then(async (delivered): Promise<FirstAttemptOutcome> => {
       if (!delivered) this.firstAttempts.inc({ outcome: 'accepted' });
       if (!delivered) {
