@@ -388,7 +388,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       using hung = hangStore(beta);
       const first = textPair(alice, 'bob');
       assert.equal((await sendPair(a, first)).deliveryState, 'accepted', how);
-      assert.equal(hung.calls, 1);
+      assert.ok(hung.calls >= 1); // alpha's own probe (decision 56) may have come too
       const peersRoute = alpha.ctx.adminRoutes.find((r) => r.path === '/debug/peers')!;
       const { peers } = (await peersRoute.handle(new URL('http://x/debug/peers'), undefined as never)) as {
         peers: { serverLogin: string; connected: boolean; down: boolean; notAnswering: boolean }[];
@@ -396,9 +396,10 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       const row = peers.find((p) => p.serverLogin === 'beta')!;
       assert.deepEqual([row.connected, row.down, row.notAnswering], [true, false, true]);
 
-      // Five sends together: the first is the probe, the others are not called; none waits for an answer.
+      // Five sends together: one probe goes to beta at most (one of them, or alpha's own), and no other call.
+      const before = hung.calls;
       const kept = await sendWhile(a, alice, 5);
-      assert.equal(hung.calls, 2, 'the first call and one probe');
+      assert.ok(hung.calls - before <= 1, `${hung.calls - before} calls for five sends`);
       const { lastError } = await waitForRow(alpha, kept[4]!.outgoingKey, (r) => r.lastError !== null);
       assert.equal(lastError, 'beta: not answering (one call at a time until one succeeds), not called');
 
