@@ -653,6 +653,31 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(await metric(beta, 'shine_ops_total', { op: 'ReceiveIncomingMessage' }), 1);
   });
 
+  it('e) with alpha2 not answering (its store refuses copies), alpha1 does not ask it the peer check: its attempt goes to beta without that wait', async () => {
+    await using setting = await startPeerCheckNetwork();
+    const { alpha1, alpha2, clock1, alice, a1 } = setting;
+    // dave is on alpha2 only: alpha1's delivery to him gets alpha2's 503, and alpha2 is not answering.
+    await (await connectUser(alpha2.wsUrl, makeUser('dave', ['alpha2']))).close();
+    const messages = alpha2.ctx.store.messages;
+    const storeCopy = messages.storeCopy.bind(messages);
+    messages.storeCopy = () => Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
+    try {
+      assert.equal((await sendPair(a1, textPair(alice, 'dave'))).deliveryState, 'accepted', 'alpha2 answered 503');
+      const m = textPair(alice, 'bob');
+      assert.equal((await sendPair(a1, m)).deliveryState, 'accepted', 'beta is down');
+      const checksBefore = await opCount(alpha2, 'GetDmDeliveryStatus');
+      // alpha1's clock moves until attempt 2 (400 ms, with a peer check) has run: the first attempt's call to
+      // beta waits out alpha1's backoff from its earlier failed dial first.
+      await waitUntil(async () => (clock1.advance(50), (await deliveryRow(alpha1, m.outgoingKey))!.attempt >= 2));
+      const row = (await deliveryRow(alpha1, m.outgoingKey))!;
+      assert.equal(row.state, 'accepted');
+      assert.match(row.lastError!, /^beta: /, 'alpha1 called (or skipped) beta itself');
+      assert.equal(await opCount(alpha2, 'GetDmDeliveryStatus'), checksBefore, 'alpha2 was not asked');
+    } finally {
+      messages.storeCopy = storeCopy;
+    }
+  });
+
   it('e) a failing peer check never blocks alpha1’s own attempt: with alpha2 down, alpha1 calls beta itself', async () => {
     const clock1 = new ManualClock(Date.now());
     await using net = await startNetwork({

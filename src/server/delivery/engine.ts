@@ -662,8 +662,9 @@ export class DeliveryEngine {
    * matches this server's copy (byte-identical to its own; decision 33).
    */
   private async peerProof(peer: string, row: DeliveryRow, want: ReceiptExpectation): Promise<DeliveryReceipt | null> {
-    // Not asked while it is down: the attempt would wait for a redial before calling the recipient.
-    if (this.deps.peers.down(peer)) return null;
+    // Not asked while it is down or not answering (its delivery calls time out or get 5xx): the attempt would
+    // wait for a redial, or a call timeout, before calling the recipient.
+    if (this.deps.peers.down(peer) || this.deps.trouble?.get(peer)?.notAnswering) return null;
     try {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;
