@@ -395,6 +395,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       };
       const row = peers.find((p) => p.serverLogin === 'beta')!;
       assert.deepEqual([row.connected, row.down, row.notAnswering], [true, false, true]);
+      assert.equal(await metric(alpha, 'shine_delivery_peer_not_answering', { peer: 'beta' }), 1);
 
       // Five sends together: one probe goes to beta at most (one of them, or alpha's own), and no other call.
       const before = hung.calls;
@@ -408,6 +409,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       hung.release();
       await sendPair(a, textPair(alice, 'bob'));
       for (const m of [first, ...kept]) await deliveryEvent(a, m.outgoingKey, 'delivered');
+      assert.equal(await metric(alpha, 'shine_delivery_peer_not_answering', { peer: 'beta' }), 0);
       await using b = await connectUser(beta.wsUrl, bob);
       const keys = (await history(b, 'alice')).map((h) => h.messageKey);
       assert.equal(new Set(keys).size, keys.length, 'each held once');

@@ -173,6 +173,12 @@ export class DeliveryEngine {
     );
     m.gauge('delivery_queue_depth', 'Due rows waiting for the attempt pool', () => this.queue.length);
     m.gauge('delivery_attempts_running', 'Attempts in progress', () => this.attemptsRunning.size);
+    m.gauge(
+      'delivery_peer_not_answering',
+      'Per server called for delivery: 1 while it is connected but not answering (one call at a time until one succeeds), else 0',
+      () => (deps.trouble?.snapshot() ?? []).map((r) => [{ peer: r.serverLogin }, r.notAnswering ? 1 : 0]),
+      ['peer'],
+    );
   }
 
   /** Starts the periodic worker; its first pass runs at once (rows left by a previous run). */
