@@ -101,24 +101,30 @@ const sendWhileDown = (down: { a: RawClient; alice: ReturnType<typeof makeUser> 
   sendWhile(down.a, down.alice, n);
 
 /**
- * Fault injection: the server's store hangs on every copy until released (or disposed of), while its process
- * and its connections run on (pongs come back), as with a stuck database. `calls` counts the copies it got.
+ * Fault injection, as with a stuck database: until released (or disposed of), the server's store hangs on every
+ * copy (`hang`: the copies go on after the release) or refuses it with OVERLOADED (`refuse`), while its process
+ * and its connections run on (pongs come back). `calls` counts the copies it got.
  */
-function hangStore(s: RunningServer) {
+function breakStore(s: RunningServer, how: 'hang' | 'refuse') {
   const messages = s.ctx.store.messages;
   const storeCopy = messages.storeCopy.bind(messages);
   let go = (): void => {};
   const released = new Promise<void>((resolve) => (go = resolve));
-  const hung = {
+  const broken = {
     calls: 0,
     release(): void {
       go();
       messages.storeCopy = storeCopy;
     },
-    [Symbol.dispose]: () => hung.release(),
+    [Symbol.dispose]: () => broken.release(),
   };
-  messages.storeCopy = (input) => (hung.calls++, released.then(() => storeCopy(input)));
-  return hung;
+  messages.storeCopy = (input) => {
+    broken.calls++;
+    return how === 'hang'
+      ? released.then(() => storeCopy(input))
+      : Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
+  };
+  return broken;
 }
 
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
@@ -361,13 +367,11 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const { net, alpha, alice, a } = up;
     const beta = net.servers[1]!;
 
-    // Fault injection: beta's store refuses to write copies; its connection to alpha stays up all along.
-    const messages = beta.ctx.store.messages;
-    const storeCopy = messages.storeCopy.bind(messages);
-    messages.storeCopy = () => Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
+    // beta's store refuses to write copies; its connection to alpha stays up all along.
+    using refused = breakStore(beta, 'refuse');
     const kept = [textPair(alice, 'bob'), textPair(alice, 'bob')];
     for (const m of kept) assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its call failed');
-    messages.storeCopy = storeCopy;
+    refused.release();
 
     // Nothing redials: alpha learns beta works again from the next call that succeeds.
     assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
@@ -385,7 +389,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
       await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, ...timeouts }));
       const { net, alpha, alice, bob, a } = up;
       const beta = net.servers[1]!;
-      using hung = hangStore(beta);
+      using hung = breakStore(beta, 'hang');
       const first = textPair(alice, 'bob');
       assert.equal((await sendPair(a, first)).deliveryState, 'accepted', how);
       assert.ok(hung.calls >= 1); // alpha's own probe (decision 56) may have come too
@@ -420,7 +424,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
   it('beta not answering while nothing more is sent to it: alpha probes it, and the pair kept for it goes as soon as it answers', async () => {
     await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, s2sTimeoutMs: 1000 }));
     const { net, alpha, alice, a } = up;
-    using hung = hangStore(net.servers[1]!);
+    using hung = breakStore(net.servers[1]!, 'hang');
     const m = textPair(alice, 'bob');
     assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its call timed out');
     // No send and no regular attempt (a minute away) calls beta: alpha's own probe does, and waits too.
@@ -660,24 +664,18 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const { alpha1, alpha2, clock1, alice, a1 } = setting;
     // dave is on alpha2 only: alpha1's delivery to him gets alpha2's 503, and alpha2 is not answering.
     await (await connectUser(alpha2.wsUrl, makeUser('dave', ['alpha2']))).close();
-    const messages = alpha2.ctx.store.messages;
-    const storeCopy = messages.storeCopy.bind(messages);
-    messages.storeCopy = () => Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
-    try {
-      assert.equal((await sendPair(a1, textPair(alice, 'dave'))).deliveryState, 'accepted', 'alpha2 answered 503');
-      const m = textPair(alice, 'bob');
-      assert.equal((await sendPair(a1, m)).deliveryState, 'accepted', 'beta is down');
-      const checksBefore = await opCount(alpha2, 'GetDmDeliveryStatus');
-      // alpha1's clock moves until attempt 2 (400 ms, with a peer check) has run: the first attempt's call to
-      // beta waits out alpha1's backoff from its earlier failed dial first.
-      await waitUntil(async () => (clock1.advance(50), (await deliveryRow(alpha1, m.outgoingKey))!.attempt >= 2));
-      const row = (await deliveryRow(alpha1, m.outgoingKey))!;
-      assert.equal(row.state, 'accepted');
-      assert.match(row.lastError!, /^beta: /, 'alpha1 called (or skipped) beta itself');
-      assert.equal(await opCount(alpha2, 'GetDmDeliveryStatus'), checksBefore, 'alpha2 was not asked');
-    } finally {
-      messages.storeCopy = storeCopy;
-    }
+    using _refused = breakStore(alpha2, 'refuse');
+    assert.equal((await sendPair(a1, textPair(alice, 'dave'))).deliveryState, 'accepted', 'alpha2 answered 503');
+    const m = textPair(alice, 'bob');
+    assert.equal((await sendPair(a1, m)).deliveryState, 'accepted', 'beta is down');
+    const checksBefore = await opCount(alpha2, 'GetDmDeliveryStatus');
+    // alpha1's clock moves until attempt 2 (400 ms, with a peer check) has run: the first attempt's call to
+    // beta waits out alpha1's backoff from its earlier failed dial first.
+    await waitUntil(async () => (clock1.advance(50), (await deliveryRow(alpha1, m.outgoingKey))!.attempt >= 2));
+    const row = (await deliveryRow(alpha1, m.outgoingKey))!;
+    assert.equal(row.state, 'accepted');
+    assert.match(row.lastError!, /^beta: /, 'alpha1 called (or skipped) beta itself');
+    assert.equal(await opCount(alpha2, 'GetDmDeliveryStatus'), checksBefore, 'alpha2 was not asked');
   });
 
   it('e) a failing peer check never blocks alpha1’s own attempt: with alpha2 down, alpha1 calls beta itself', async () => {

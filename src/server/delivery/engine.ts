@@ -443,9 +443,9 @@ export class DeliveryEngine {
         },
         (err: unknown) => {
           this.s2sErrors.inc({ peer: server });
-          trouble?.failed(server, err, probe);
+          const notAnswering = trouble?.failed(server, err, probe) ?? false;
           this.deps.log.debug('delivery call failed', { server, err: String(err) });
-          if (trouble?.get(server)?.notAnswering) {
+          if (notAnswering) {
             this.keepForProbe(server, payload, want);
             this.probeLater(server, startedAtMs);
           } else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that

@@ -96,12 +96,7 @@ export class DeliveryTrouble {
    * (firstAttemptWaitMs): it is not answering from now, though the call may still succeed or time out.
    */
   unanswered(serverLogin: string): void {
-    const route = this.route(serverLogin);
-    if (route.notAnswering) return;
-    route.notAnswering = true;
-    this.logWithUrl('warn', 'server not answering: one call at a time until one succeeds', serverLogin, {
-      cause: 'a call unanswered for as long as a sender waits',
-    });
+    this.markNotAnswering(this.route(serverLogin), 'a call unanswered for as long as a sender waits');
   }
 
   /**
@@ -132,18 +127,19 @@ export class DeliveryTrouble {
     return recovered;
   }
 
-  /** A call to serverLogin failed (no answer, or an error answer) with err. */
-  failed(serverLogin: string, err: unknown, probe = false): void {
+  /**
+   * A call to serverLogin failed (no answer, or an error answer) with err; answers whether the server is not
+   * answering now (RouteHealth.notAnswering).
+   */
+  failed(serverLogin: string, err: unknown, probe = false): boolean {
     const now = this.deps.clock.now();
     const route = this.route(serverLogin);
     const cause = causeOf(serverLogin, err);
     const first = route.state === 'up';
     if (probe) this.probing.delete(serverLogin);
     // Any other answer shows it does the work; a connection that failed is the peer client's to tell (down).
-    const stuck = notAnswering(err);
-    if (stuck && !route.notAnswering)
-      this.logWithUrl('warn', 'server not answering: one call at a time until one succeeds', serverLogin, { cause });
-    route.notAnswering = stuck;
+    if (notAnswering(err)) this.markNotAnswering(route, cause);
+    else route.notAnswering = false;
     route.consecutiveFailures++;
     route.lastFailureAtMs = now;
     // While the peer client backs off, calls fail without trying: the cause worth showing is the last real one.
@@ -157,6 +153,16 @@ export class DeliveryTrouble {
         lastSuccessAtMs: route.lastSuccessAtMs,
       });
     }
+    return route.notAnswering;
+  }
+
+  /** The server is not answering from now (logged once, as it starts). */
+  private markNotAnswering(route: RouteHealth, cause: string): void {
+    if (route.notAnswering) return;
+    route.notAnswering = true;
+    this.logWithUrl('warn', 'server not answering: one call at a time until one succeeds', route.serverLogin, {
+      cause,
+    });
   }
 
   /** Every destination seen so far. */
