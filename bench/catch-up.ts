@@ -18,6 +18,7 @@
  * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite).
  */
 import { machine, postgresDurability } from './lib/machine.js';
+import { backendCpuMeter } from './lib/pg-cpu.js';
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -163,6 +164,12 @@ await using source = await startServerProcess({
 
 const rawVerifyPerSec = rawVerifyRate();
 const idleRssKiB = puller.rssKiB();
+// On PostgreSQL, the CPU of each server's database backends (both run on this machine).
+const [pullerDbCpu, sourceDbCpu] = await Promise.all(
+  [pullerDb!.url, sourceDb!.url].map((url) => backendCpuMeter(DB === 'postgres' ? [url] : [])),
+);
+pullerDbCpu!.mark();
+sourceDbCpu!.mark();
 const cpu0 = puller.cpuMs();
 const sourceCpu0 = source.cpuMs();
 const t0 = performance.now();
@@ -170,6 +177,7 @@ const summary = await syncNow(puller.httpUrl);
 const seconds = (performance.now() - t0) / 1000;
 const pullerCpuMs = puller.cpuMs() - cpu0;
 const sourceCpuMs = source.cpuMs() - sourceCpu0;
+const [pullerDbCpuMs, sourceDbCpuMs] = await Promise.all([pullerDbCpu!.msSinceMark(), sourceDbCpu!.msSinceMark()]);
 if (summary.dmRows !== EVENTS || summary.errors !== 0)
   throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
 const eventsPerSec = EVENTS / seconds;
@@ -211,6 +219,12 @@ console.log(
       pages: Math.ceil(EVENTS / 500),
       pullerCpuPercent: Math.round((pullerCpuMs / (seconds * 1000)) * 100),
       sourceCpuPercent: Math.round((sourceCpuMs / (seconds * 1000)) * 100),
+      ...(DB === 'postgres'
+        ? {
+            pullerDatabaseCpuPercent: Math.round((pullerDbCpuMs / (seconds * 1000)) * 100),
+            sourceDatabaseCpuPercent: Math.round((sourceDbCpuMs / (seconds * 1000)) * 100),
+          }
+        : {}),
       pullerIdleRssMiB: Math.round(idleRssKiB / 1024),
       pullerPeakRssMiB: Math.round(puller.peakRssKiB() / 1024),
       loadAvg1mAfter: Number(os.loadavg()[0]!.toFixed(2)),
