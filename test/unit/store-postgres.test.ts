@@ -11,6 +11,7 @@ import pg from 'pg';
 import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
 import { prepared } from '../../src/server/store/postgres/db.js';
+import { ackStatement } from '../../src/server/store/postgres/replication.js';
 import type { PostgresStore } from '../../src/server/store/postgres/store.js';
 import { openPostgresStore } from '../../src/server/store/postgres/store.js';
 import type { Store } from '../../src/server/store/types.js';
@@ -526,6 +527,50 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     );
     assert.deepEqual(lists, [[], [], [], []]);
     assert.equal(texts.filter((t) => t.includes('FROM push_subscriptions')).length, 1);
+  });
+
+  it('the delivery rows asked for in one turn are read in one statement', async () => {
+    const specs = ownPairs(3, 'rows-');
+    const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    await Promise.all(specs.map((spec) => putPair(store, spec, { ...local(spec.from, spec.to), delivery: accepted })));
+    const keys = specs.map((spec) => messageKeyOf(testPair(spec).outgoing));
+    const { texts, value: rows } = await statementsOf(store, () =>
+      Promise.all([...keys, 'rows-x|rows-y|1|1|1', keys[1]!].map((k) => store.delivery.getDelivery(k))),
+    );
+    assert.deepEqual(
+      rows.map((r) => r && [r.outgoingKey, r.state]),
+      [...keys.map((k) => [k, 'accepted']), null, [keys[1], 'accepted']],
+    );
+    assert.equal(texts.filter((t) => t.includes('FROM dm_delivery_state')).length, 1);
+  });
+
+  it("a page's acks mark the rows of the syncIds named, and no row whose syncId moved on", async () => {
+    // 3 000 outbox rows of one owner, 500 of them acked at once (a replication page's acks).
+    await store.db.query(
+      `INSERT INTO dm_sync_outbox (owner_login, primary_message_key, sync_id, stored_at_ms, blobs, synced)
+       SELECT 'ack-owner', 'ack-owner|ack-peer|' || i || '|1|2', 'ack-owner|ack-peer|' || i || '|1|2:0:0', i,
+         decode(repeat('ab', 500), 'hex'), false
+       FROM generate_series(1, 3000) AS i`,
+    );
+    const keys = Array.from({ length: 500 }, (_, i) => `ack-owner|ack-peer|${1000 + i}|1|2`);
+    // The first one's row moved on to a newer revision; the next one's key is acked with the first's syncId.
+    await store.db.query(
+      `UPDATE dm_sync_outbox SET sync_id = primary_message_key || ':7:0' WHERE primary_message_key = $1`,
+      [keys[0]],
+    );
+    const syncIds = keys.map((k) => `${k}:0:0`);
+    syncIds[1] = syncIds[0]!;
+    const { texts } = await statementsOf(store, async () => {
+      await store.db.query(ackStatement('dm_sync_outbox', 'primary_message_key'), ['ack-owner', keys, syncIds]);
+    });
+    assert.equal(texts.length, 1);
+    const synced = await store.db.query<{ k: string }>(
+      `SELECT primary_message_key AS k FROM dm_sync_outbox WHERE owner_login = 'ack-owner' AND synced ORDER BY stored_at_ms`,
+    );
+    assert.deepEqual(
+      synced.rows.map((r) => r.k),
+      keys.slice(2),
+    );
   });
 
   it('a pair that fails fails alone: the others of its batch are stored, it stores nothing', async () => {

@@ -62,12 +62,23 @@ export class PgDeliveryStore implements DeliveryStore {
     (m) => m.outgoingKey,
   );
 
-  async getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
+  /**
+   * The rows asked for in one turn are one statement (PerTurn): a GetDmDeliveryStatus of a replication page
+   * asks for 500 at once, which were 500 round trips.
+   */
+  private readonly rows = new PerTurn<string, DeliveryRow | null>(async (keys) => {
     const r = await this.db.query<DeliveryDbRow>(
-      prepared('SELECT * FROM dm_delivery_state WHERE outgoing_key = $1', [outgoingKey]),
+      prepared('SELECT * FROM dm_delivery_state WHERE outgoing_key = ANY($1::text[])', [keys]),
     );
-    const row = r.rows[0];
-    return row ? toDeliveryRow(row) : null;
+    const byKey = new Map(r.rows.map((row) => [row.outgoing_key, row]));
+    return keys.map((key) => {
+      const row = byKey.get(key);
+      return row ? toDeliveryRow(row) : null;
+    });
+  });
+
+  getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
+    return this.rows.call(outgoingKey);
   }
 
   async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {

@@ -24,13 +24,7 @@ export class PgReplicationStore implements ReplicationStore {
     });
     return this.db.tx(async (c) => {
       // A row that moved on to a newer revision keeps synced = false: only its current syncId acks it.
-      if (acks.length > 0) {
-        await c.query(
-          `UPDATE dm_sync_outbox o SET synced = true FROM unnest($2::text[], $3::text[]) AS a(key, sync_id)
-           WHERE o.owner_login = $1 AND o.primary_message_key = a.key AND o.sync_id = a.sync_id`,
-          [q.owner, acks.map((a) => a.key), acks.map((a) => a.syncId)],
-        );
-      }
+      if (acks.length > 0) await c.query(ackStatement('dm_sync_outbox', 'primary_message_key'), ackValues(q, acks));
       const r = await c.query<OutboxDbRow>(
         `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox
          WHERE owner_login = $1 AND synced = false AND (stored_at_ms, primary_message_key) > ($2::bigint, $3::text)
@@ -50,13 +44,7 @@ export class PgReplicationStore implements ReplicationStore {
       return key === null ? [] : [{ key, syncId }];
     });
     return this.db.tx(async (c) => {
-      if (acks.length > 0) {
-        await c.query(
-          `UPDATE user_settings s SET synced = true FROM unnest($2::text[], $3::text[]) AS a(key, sync_id)
-           WHERE s.owner_login = $1 AND s.key = a.key AND s.sync_id = a.sync_id`,
-          [q.owner, acks.map((a) => a.key), acks.map((a) => a.syncId)],
-        );
-      }
+      if (acks.length > 0) await c.query(ackStatement('user_settings', 'key'), ackValues(q, acks));
       const r = await c.query<{
         key: string;
         value: Buffer;
@@ -163,3 +151,20 @@ const toDmSyncRow = (r: OutboxDbRow): DmSyncRow => ({
   storedAtMs: r.stored_at_ms,
   blobs: unpackBlobs(new Uint8Array(r.blobs)),
 });
+
+/**
+ * Marks an owner's acked rows synced: those whose key and current syncId were acked. A row's syncId begins
+ * with its own key (syncIdOf, settingSyncId), so a row whose key is in the acked keys and whose syncId is in
+ * the acked syncIds was acked as that pair. The keys are the primary key's seek; the statement stays
+ * unnamed, so each call is planned with its lists as constants and the syncIds are checked by hash.
+ * (A join with unnest() of the pairs let the planner hash the owner's whole table instead: a sequential scan
+ * of every row of the owner for each page's acks, 30–130 ms a page at 20 000 rows.)
+ */
+export function ackStatement(table: 'dm_sync_outbox' | 'user_settings', keyColumn: string): string {
+  return `UPDATE ${table} SET synced = true
+    WHERE owner_login = $1 AND ${keyColumn} = ANY($2::text[]) AND sync_id = ANY($3::text[])`;
+}
+
+function ackValues(q: SyncPageQuery, acks: readonly { key: string; syncId: string }[]): unknown[] {
+  return [q.owner, acks.map((a) => a.key), acks.map((a) => a.syncId)];
+}
