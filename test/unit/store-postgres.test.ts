@@ -544,6 +544,23 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     assert.equal(texts.filter((t) => t.includes('FROM dm_delivery_state')).length, 1);
   });
 
+  it('the copies asked for in one turn are read in one statement', async () => {
+    const specs = ownPairs(2, 'copies-');
+    await Promise.all(specs.map((spec) => putPair(store, spec, local(spec.from, spec.to))));
+    const keys = specs.flatMap((spec) => [
+      messageKeyOf(testPair(spec).incoming),
+      messageKeyOf(testPair(spec).outgoing),
+    ]);
+    const { texts, value: copies } = await statementsOf(store, () =>
+      Promise.all([...keys, 'copies-x|copies-y|1|1|1', keys[2]!].map((k) => store.messages.getCopy(k))),
+    );
+    assert.deepEqual(
+      copies.map((c) => c?.messageKey ?? null),
+      [...keys, null, keys[2]],
+    );
+    assert.equal(texts.filter((t) => t.includes('FROM signed_messages')).length, 1);
+  });
+
   it("a page's acks mark the rows of the syncIds named, and no row whose syncId moved on", async () => {
     // 3 000 outbox rows of one owner, 500 of them acked at once (a replication page's acks).
     await store.db.query(

@@ -6,7 +6,7 @@ import type { DeliveryReceipt } from '../../../protocol/receipt.js';
 import type { DeliveryRow, DeliveryStore, DeliveryUpdate } from '../types.js';
 import type { PgDb } from './db.js';
 import { prepared } from './db.js';
-import { PerTurn } from './per-turn.js';
+import { PerTurn, rowsByKey } from './per-turn.js';
 
 interface Claim {
   outgoingKey: string;
@@ -66,16 +66,9 @@ export class PgDeliveryStore implements DeliveryStore {
    * The rows asked for in one turn are one statement (PerTurn): a GetDmDeliveryStatus of a replication page
    * asks for 500 at once, which were 500 round trips.
    */
-  private readonly rows = new PerTurn<string, DeliveryRow | null>(async (keys) => {
-    const r = await this.db.query<DeliveryDbRow>(
-      prepared('SELECT * FROM dm_delivery_state WHERE outgoing_key = ANY($1::text[])', [keys]),
-    );
-    const byKey = new Map(r.rows.map((row) => [row.outgoing_key, row]));
-    return keys.map((key) => {
-      const row = byKey.get(key);
-      return row ? toDeliveryRow(row) : null;
-    });
-  });
+  private readonly rows = new PerTurn<string, DeliveryRow | null>((keys) =>
+    rowsByKey(this.db, 'dm_delivery_state', 'outgoing_key', keys, toDeliveryRow),
+  );
 
   getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {
     return this.rows.call(outgoingKey);

@@ -37,6 +37,7 @@ import type {
 import { ShineError } from '../../../protocol/errors.js';
 import type { PgDb } from './db.js';
 import { lockKey, prepared } from './db.js';
+import { PerTurn, rowsByKey } from './per-turn.js';
 
 type Client = pg.PoolClient;
 
@@ -223,10 +224,16 @@ export class PgMessageStore implements MessageStore {
     this.flush();
   }
 
-  async getCopy(messageKey: string): Promise<StoredCopy | null> {
-    const r = await this.db.query<MessageDbRow>('SELECT * FROM signed_messages WHERE message_key = $1', [messageKey]);
-    const row = r.rows[0];
-    return row ? toStoredCopy(row) : null;
+  /**
+   * The copies asked for in one turn are one statement (PerTurn): the delivery worker reads each due row's
+   * copy, a batch of rows at once, which were a parsed and planned statement each.
+   */
+  private readonly copies = new PerTurn<string, StoredCopy | null>((keys) =>
+    rowsByKey(this.db, 'signed_messages', 'message_key', keys, toStoredCopy),
+  );
+
+  getCopy(messageKey: string): Promise<StoredCopy | null> {
+    return this.copies.call(messageKey);
   }
 
   async getDirectMessages(q: HistoryQuery): Promise<{ items: HistoryItem[]; hasMore: boolean }> {

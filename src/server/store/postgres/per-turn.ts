@@ -8,6 +8,10 @@
  * key is in the coming statement or in one still running waits for the next after it. For writes whose
  * outcome depends on the row as an earlier call of the same key left it.
  */
+import type pg from 'pg';
+import type { PgDb } from './db.js';
+import { prepared } from './db.js';
+
 export class PerTurn<I, R> {
   private waiting: Call<I, R>[] = [];
   private scheduled = false;
@@ -69,4 +73,23 @@ interface Call<I, R> {
   input: I;
   resolve: (r: R) => void;
   reject: (err: unknown) => void;
+}
+
+/**
+ * The rows of `table` whose primary key `column` is among `keys` (a PerTurn's keys), in one prepared
+ * statement: each key's row, or null.
+ */
+export async function rowsByKey<Row extends pg.QueryResultRow, R>(
+  db: PgDb,
+  table: 'signed_messages' | 'dm_delivery_state',
+  column: 'message_key' | 'outgoing_key',
+  keys: readonly string[],
+  toRow: (row: Row) => R,
+): Promise<(R | null)[]> {
+  const r = await db.query<Row>(prepared(`SELECT * FROM ${table} WHERE ${column} = ANY($1::text[])`, [keys]));
+  const byKey = new Map(r.rows.map((row) => [row[column] as string, row]));
+  return keys.map((key) => {
+    const row = byKey.get(key);
+    return row ? toRow(row) : null;
+  });
 }
