@@ -8,7 +8,7 @@ import type { Container } from '../../../protocol/container.js';
 import { baseKeyOf, ownerOf } from '../../../protocol/container.js';
 import type { DeliveryState, HistoryItem } from '../../../protocol/ops.js';
 import { OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT, OUTBOX_PG_TYPES, outboxValues } from '../outbox-sql.js';
-import type { HistoryDbRow, MessageDbRow } from '../rows.js';
+import type { HistoryDbRow } from '../rows.js';
 import {
   COPY_COLUMNS,
   COPY_PG_TYPES,
