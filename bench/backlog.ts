@@ -26,7 +26,8 @@
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
  * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
- * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop | lock).
+ * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop | lock), BENCH_POOL (A's and B's
+ * deliveryPoolSize; the server's default, 32).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -65,6 +66,7 @@ const started = await startBenchServers({
   db,
   config: {
     s2sTimeoutMs: S2S_TIMEOUT_MS,
+    ...(process.env.BENCH_POOL ? { deliveryPoolSize: Number(process.env.BENCH_POOL) } : {}),
     ...(FIRST_WAIT_MS === undefined ? {} : { firstAttemptWaitMs: FIRST_WAIT_MS }),
   },
 });
