@@ -11,7 +11,7 @@ import pg from 'pg';
 import { encodeDeleteMessageBody, encodeReceiptBody, messageKeyOf } from '../../src/protocol/container.js';
 import { POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/migrations.js';
 import { prepared } from '../../src/server/store/postgres/db.js';
-import { ackStatement } from '../../src/server/store/postgres/replication.js';
+import { ackQuery } from '../../src/server/store/postgres/replication.js';
 import type { PostgresStore } from '../../src/server/store/postgres/store.js';
 import { openPostgresStore } from '../../src/server/store/postgres/store.js';
 import type { Store } from '../../src/server/store/types.js';
@@ -578,7 +578,14 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     const syncIds = keys.map((k) => `${k}:0:0`);
     syncIds[1] = syncIds[0]!;
     const { texts } = await statementsOf(store, async () => {
-      await store.db.query(ackStatement('dm_sync_outbox', 'primary_message_key'), ['ack-owner', keys, syncIds]);
+      await store.db.query(
+        ackQuery(
+          'dm_sync_outbox',
+          'primary_message_key',
+          'ack-owner',
+          keys.map((key, i) => ({ key, syncId: syncIds[i]! })),
+        ),
+      );
     });
     assert.equal(texts.length, 1);
     const synced = await store.db.query<{ k: string }>(

@@ -1,4 +1,5 @@
 /** The outboxes on PostgreSQL (dm_sync_outbox, user_settings): acks are conditional on the current syncId. */
+import type pg from 'pg';
 import { parseSyncId } from '../../../protocol/container.js';
 import { unpackBlobs } from '../blobs.js';
 import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
@@ -24,7 +25,7 @@ export class PgReplicationStore implements ReplicationStore {
     });
     return this.db.tx(async (c) => {
       // A row that moved on to a newer revision keeps synced = false: only its current syncId acks it.
-      if (acks.length > 0) await c.query(ackStatement('dm_sync_outbox', 'primary_message_key'), ackValues(q, acks));
+      if (acks.length > 0) await c.query(ackQuery('dm_sync_outbox', 'primary_message_key', q.owner, acks));
       const r = await c.query<OutboxDbRow>(
         `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox
          WHERE owner_login = $1 AND synced = false AND (stored_at_ms, primary_message_key) > ($2::bigint, $3::text)
@@ -44,7 +45,7 @@ export class PgReplicationStore implements ReplicationStore {
       return key === null ? [] : [{ key, syncId }];
     });
     return this.db.tx(async (c) => {
-      if (acks.length > 0) await c.query(ackStatement('user_settings', 'key'), ackValues(q, acks));
+      if (acks.length > 0) await c.query(ackQuery('user_settings', 'key', q.owner, acks));
       const r = await c.query<{
         key: string;
         value: Buffer;
@@ -155,16 +156,20 @@ const toDmSyncRow = (r: OutboxDbRow): DmSyncRow => ({
 /**
  * Marks an owner's acked rows synced: those whose key and current syncId were acked. A row's syncId begins
  * with its own key (syncIdOf, settingSyncId), so a row whose key is in the acked keys and whose syncId is in
- * the acked syncIds was acked as that pair. The keys are the primary key's seek; the statement stays
- * unnamed, so each call is planned with its lists as constants and the syncIds are checked by hash.
- * (A join with unnest() of the pairs let the planner hash the owner's whole table instead: a sequential scan
- * of every row of the owner for each page's acks, 30–130 ms a page at 20 000 rows.)
+ * the acked syncIds was acked as that pair. The statement stays unnamed, so each call is planned with its
+ * lists as constants: the keys sought in the primary key (or the owner's rows read, where they are few),
+ * the syncIds checked by hash. A join with unnest() of the pairs let the planner hash every row of the
+ * owner instead, 45–130 ms a page at 20 000 rows (docs/performance.md, twenty-second session).
  */
-export function ackStatement(table: 'dm_sync_outbox' | 'user_settings', keyColumn: string): string {
-  return `UPDATE ${table} SET synced = true
-    WHERE owner_login = $1 AND ${keyColumn} = ANY($2::text[]) AND sync_id = ANY($3::text[])`;
-}
-
-function ackValues(q: SyncPageQuery, acks: readonly { key: string; syncId: string }[]): unknown[] {
-  return [q.owner, acks.map((a) => a.key), acks.map((a) => a.syncId)];
+export function ackQuery(
+  table: 'dm_sync_outbox' | 'user_settings',
+  keyColumn: 'primary_message_key' | 'key',
+  owner: string,
+  acks: readonly { key: string; syncId: string }[],
+): pg.QueryConfig {
+  return {
+    text: `UPDATE ${table} SET synced = true
+      WHERE owner_login = $1 AND ${keyColumn} = ANY($2::text[]) AND sync_id = ANY($3::text[])`,
+    values: [owner, acks.map((a) => a.key), acks.map((a) => a.syncId)],
+  };
 }
