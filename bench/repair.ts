@@ -11,27 +11,33 @@
  *
  * The second server starts first and alone, so its start-up cycle cannot repair anything before the
  * measured request; returns do not start cycles (SHINE_SYNC_ON_RETURN_MS is far off). Prints one JSON line.
- * Env: BENCH_REPAIR_COPIES, BENCH_LOSS, BENCH_DIGEST_COPIES, BENCH_SYNC (full | normal; default full).
+ * BENCH_DB=postgres runs both on PostgreSQL instead, each on a fresh database with synchronous_commit on
+ * (printed), analyzed after it is built as autovacuum would have.
+ * Env: BENCH_REPAIR_COPIES, BENCH_LOSS, BENCH_DIGEST_COPIES, BENCH_SYNC (full | normal; default full),
+ * BENCH_DB (sqlite | postgres; sqlite).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { toBase64 } from '../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../src/protocol/ed25519.js';
 import { signProfile } from '../src/protocol/identity.js';
 import type { RepairSummary } from '../src/protocol/ops.js';
+import { openPostgresStore } from '../src/server/store/postgres/store.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
+import type { Store } from '../src/server/store/types.js';
+import { TEST_DB_POOL_SIZE, freshTestDb, queryTestDb } from '../test/helpers/test-db.js';
 import type { ServerProcess } from '../test/helpers/server-process.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
 import { ADMIN_TOKEN, adminCall, metricValue, pairOf, seedFor } from '../test/helpers/replication.js';
 import { waitUntil } from '../test/helpers/wait.js';
-import { machine } from './lib/machine.js';
+import { machine, postgresDurability } from './lib/machine.js';
 
 const REPAIR_COPIES = Number(process.env.BENCH_REPAIR_COPIES ?? 200_000);
 const LOSS = Number(process.env.BENCH_LOSS ?? 0.1);
 const DIGEST_COPIES = Number(process.env.BENCH_DIGEST_COPIES ?? 1_000_000);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
+const DB = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const OWNER = 'alice';
 const [S1, S2] = ['keeper', 'restored'];
 
@@ -48,13 +54,20 @@ const profile = signProfile(
 );
 
 /** Two server databases holding the same `copies` of OWNER (text pairs to bob), every outbox row synced. */
-async function buildPair(copies: number): Promise<{ dirs: [string, string]; baseMs: number; seconds: number }> {
+async function buildPair(
+  copies: number,
+): Promise<{ dirs: [string, string]; urls: [string, string]; baseMs: number; seconds: number }> {
   const started = performance.now();
   const dirs: [string, string] = [
     mkdtempSync(join(os.tmpdir(), 'shine-repair-1-')),
     mkdtempSync(join(os.tmpdir(), 'shine-repair-2-')),
   ];
-  const stores = dirs.map((d) => openSqliteStore({ path: join(d, 'shine.sqlite'), sync: SYNC }));
+  // SQLite: shine.sqlite in each one's directory; PostgreSQL: a database each that waits for the WAL flush.
+  const urls = (await Promise.all(dirs.map((d) => freshTestDb(d, DB, { durable: true })))).map((db) => db.url) as [
+    string,
+    string,
+  ];
+  const stores = urls.map(openBenchStore);
   for (const s of stores) {
     await s.migrate();
     await s.directory.putUser(profile, 'local', Date.now());
@@ -84,38 +97,46 @@ async function buildPair(copies: number): Promise<{ dirs: [string, string]; base
     );
   }
   for (const s of stores) await s.close();
-  return { dirs, baseMs, seconds: (performance.now() - started) / 1000 };
+  if (DB === 'postgres') for (const url of urls) await queryTestDb(url, 'ANALYZE');
+  return { dirs, urls, baseMs, seconds: (performance.now() - started) / 1000 };
+}
+
+function openBenchStore(url: string): Store {
+  return DB === 'sqlite'
+    ? openSqliteStore({ path: url.slice('sqlite:'.length), sync: SYNC })
+    : openPostgresStore({ url, poolSize: TEST_DB_POOL_SIZE });
 }
 
 /** Removes every 1/LOSS-th pair of the database (copies, outbox and delivery rows); answers copies lost. */
-function losePairs(dir: string, copies: number, baseMs: number): number {
-  const db = new Database(join(dir, 'shine.sqlite'));
+async function losePairs(url: string, copies: number, baseMs: number): Promise<number> {
   const every = Math.round(1 / LOSS);
-  let lost = 0;
-  db.transaction(() => {
-    const delCopy = db.prepare('DELETE FROM signed_messages WHERE message_key = ?');
-    const delOutbox = db.prepare('DELETE FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key = ?');
-    const delDelivery = db.prepare('DELETE FROM dm_delivery_state WHERE outgoing_key = ?');
-    for (let i = 0; i < copies / 2; i += every) {
-      const key = `${OWNER}|bob|${baseMs + 2 * i}|${i}`;
-      delCopy.run(`${key}|1`);
-      delCopy.run(`${key}|2`);
-      delOutbox.run(OWNER, `${key}|2`);
-      delDelivery.run(`${key}|2`);
-      lost += 2;
-    }
-  })();
-  db.close();
-  return lost;
+  const keys: string[] = [];
+  for (let i = 0; i < copies / 2; i += every) keys.push(`${OWNER}|bob|${baseMs + 2 * i}|${i}`);
+  // In slices, so that no statement lists more values than either database takes.
+  for (let at = 0; at < keys.length; at += 200) {
+    const slice = keys.slice(at, at + 200);
+    const list = (suffixes: string[]) => slice.flatMap((k) => suffixes.map((x) => `${k}|${x}`));
+    const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+    const copyKeys = list(['1', '2']);
+    await queryTestDb(url, `DELETE FROM signed_messages WHERE message_key IN (${marks(copyKeys.length)})`, copyKeys);
+    const outgoing = list(['2']);
+    await queryTestDb(
+      url,
+      `DELETE FROM dm_sync_outbox WHERE owner_login = ? AND primary_message_key IN (${marks(outgoing.length)})`,
+      [OWNER, ...outgoing],
+    );
+    await queryTestDb(url, `DELETE FROM dm_delivery_state WHERE outgoing_key IN (${marks(outgoing.length)})`, outgoing);
+  }
+  return keys.length * 2;
 }
 
 /** The two servers on those databases; the restored one starts first, alone. */
-async function startBoth(dirs: [string, string]): Promise<[ServerProcess, ServerProcess]> {
+async function startBoth(dirs: [string, string], urls: [string, string]): Promise<[ServerProcess, ServerProcess]> {
   const [p1, p2] = await Promise.all([freePort(), freePort()]);
-  const env = (login: string, dir: string, peer: string, peerPort: number) => ({
+  const env = (login: string, dir: string, url: string, peer: string, peerPort: number) => ({
     SHINE_SERVER_LOGIN: login,
     SHINE_DATA_DIR: dir,
-    SHINE_DB: `sqlite:${join(dir, 'shine.sqlite')}`,
+    SHINE_DB: url,
     SHINE_SQLITE_SYNC: SYNC,
     SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
     SHINE_PEERS: `${peer}=ws://127.0.0.1:${peerPort}/ws`,
@@ -123,8 +144,8 @@ async function startBoth(dirs: [string, string]): Promise<[ServerProcess, Server
     SHINE_SYNC_ON_RETURN_MS: '1000000000',
     SHINE_LOG_LEVEL: 'warn',
   });
-  const restored = await startServerProcess({ port: p2, env: env(S2, dirs[1], S1, p1) });
-  const keeper = await startServerProcess({ port: p1, env: env(S1, dirs[0], S2, p2) });
+  const restored = await startServerProcess({ port: p2, env: env(S2, dirs[1], urls[1], S1, p1) });
+  const keeper = await startServerProcess({ port: p1, env: env(S1, dirs[0], urls[0], S2, p2) });
   // The keeper's start-up cycle (a pull and a repair of its own) is over before anything is measured.
   await waitUntil(async () => (await metricValue(keeper.httpUrl, 'sync_cycles_total')) >= 1, 600_000, 'start-up cycle');
   return [keeper, restored];
@@ -135,10 +156,10 @@ const repair = (s: ServerProcess) => adminCall<RepairSummary>(s.httpUrl, 'POST',
 // ---- repair rate ----
 const loadBefore = Number(os.loadavg()[0]!.toFixed(2));
 const built = await buildPair(REPAIR_COPIES);
-const lost = losePairs(built.dirs[1], REPAIR_COPIES, built.baseMs);
+const lost = await losePairs(built.urls[1], REPAIR_COPIES, built.baseMs);
 let repairResult: Record<string, unknown>;
 {
-  const [keeper, restored] = await startBoth(built.dirs);
+  const [keeper, restored] = await startBoth(built.dirs, built.urls);
   const cpu0 = [keeper.cpuMs(), restored.cpuMs()];
   const t0 = performance.now();
   const summary = await repair(restored);
@@ -169,7 +190,7 @@ let repairResult: Record<string, unknown>;
 const equal = await buildPair(DIGEST_COPIES);
 let digestResult: Record<string, unknown>;
 {
-  const [keeper, restored] = await startBoth(equal.dirs);
+  const [keeper, restored] = await startBoth(equal.dirs, equal.urls);
   const cpu0 = [keeper.cpuMs(), restored.cpuMs()];
   const t0 = performance.now();
   const summary = await repair(restored);
@@ -179,7 +200,7 @@ let digestResult: Record<string, unknown>;
   const cpu = [keeper.cpuMs() - cpu0[0]!, restored.cpuMs() - cpu0[1]!];
   await Promise.all([keeper.close(), restored.close()]);
   // One digest of the whole history from the index, in this process (what each side does per comparison).
-  const store = openSqliteStore({ path: join(equal.dirs[1], 'shine.sqlite'), sync: SYNC });
+  const store = openBenchStore(equal.urls[1]);
   const d0 = performance.now();
   const [bucket] = await store.replication.dmDigest(OWNER, [{ fromTimeMs: 0, toTimeMs: Date.now() + 86_400_000 }]);
   const localDigestMs = performance.now() - d0;
@@ -204,7 +225,13 @@ console.log(
     bench: 'repair',
     date: new Date().toISOString(),
     machine: { ...machine(), loadAvg1mBefore: loadBefore, loadAvg1mAfter: Number(os.loadavg()[0]!.toFixed(2)) },
-    durability: SYNC === 'full' ? 'WAL+synchronous=FULL' : 'WAL+synchronous=NORMAL',
+    db: DB,
+    durability:
+      DB === 'postgres'
+        ? await postgresDurability(equal.urls[1])
+        : SYNC === 'full'
+          ? 'WAL+synchronous=FULL'
+          : 'WAL+synchronous=NORMAL',
     repair: repairResult,
     digest: digestResult,
   }),
