@@ -200,8 +200,9 @@ export class DmService {
         const waited = await raceTimer(answerable, config.firstAttemptWaitMs, clock);
         // A server that did not answer within the wait is not waited for by the next sends (§6.4).
         if (waited === null) first.waitedOut();
-        if (waited !== null && waited !== 'down') deliveryState = waited.state;
-        else delivery.reportLate(first.outcome, login, baseKeyOf(pair.outgoing), outgoingKey);
+        if (waited === null || waited === 'down')
+          delivery.reportLate(first.outcome, login, baseKeyOf(pair.outgoing), outgoingKey);
+        else deliveryState = waited.state;
       }
     }
     return { ...stored.answer, deliveryState };

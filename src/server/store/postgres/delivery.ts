@@ -67,7 +67,7 @@ export class PgDeliveryStore implements DeliveryStore {
    * asks for 500 at once, which were 500 round trips.
    */
   private readonly rows = new PerTurn<string, DeliveryRow | null>((keys) =>
-    rowsByKey(this.db, 'dm_delivery_state', 'outgoing_key', keys, toDeliveryRow),
+    rowsByKey(this.db, 'dm_delivery_state', keys, toDeliveryRow),
   );
 
   getDelivery(outgoingKey: string): Promise<DeliveryRow | null> {

@@ -229,7 +229,7 @@ export class PgMessageStore implements MessageStore {
    * copy, a batch of rows at once, which were a parsed and planned statement each.
    */
   private readonly copies = new PerTurn<string, StoredCopy | null>((keys) =>
-    rowsByKey(this.db, 'signed_messages', 'message_key', keys, toStoredCopy),
+    rowsByKey(this.db, 'signed_messages', keys, toStoredCopy),
   );
 
   getCopy(messageKey: string): Promise<StoredCopy | null> {

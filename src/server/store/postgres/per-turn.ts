@@ -75,17 +75,20 @@ interface Call<I, R> {
   reject: (err: unknown) => void;
 }
 
+/** The tables rowsByKey reads, each with its primary key. */
+const PRIMARY_KEY = { signed_messages: 'message_key', dm_delivery_state: 'outgoing_key' } as const;
+
 /**
- * The rows of `table` whose primary key `column` is among `keys` (a PerTurn's keys), in one prepared
- * statement: each key's row, or null.
+ * The rows of `table` whose primary key is among `keys` (a PerTurn's keys), in one prepared statement: each
+ * key's row, or null.
  */
 export async function rowsByKey<Row extends pg.QueryResultRow, R>(
   db: PgDb,
-  table: 'signed_messages' | 'dm_delivery_state',
-  column: 'message_key' | 'outgoing_key',
+  table: keyof typeof PRIMARY_KEY,
   keys: readonly string[],
   toRow: (row: Row) => R,
 ): Promise<(R | null)[]> {
+  const column = PRIMARY_KEY[table];
   const r = await db.query<Row>(prepared(`SELECT * FROM ${table} WHERE ${column} = ANY($1::text[])`, [keys]));
   const byKey = new Map(r.rows.map((row) => [row[column] as string, row]));
   return keys.map((key) => {
