@@ -6,7 +6,8 @@
  *    from the first send until the last pair is `delivered` (answer or DmDeliveryStateChanged event);
  *  - fixedRate: `rate` pairs/s for `seconds` s, p50/p99/max latency from send to `delivered`, and
  *    each server's garbage-collection pauses meanwhile (prom-client's nodejs_gc_duration_seconds);
- * with both servers' CPU (percent of one core, per phase) and peak RSS. Client, A and B share the
+ * with both servers' CPU (percent of one core, per phase; on PostgreSQL their databases' too), their
+ * commits per pair in each phase, and their peak RSS. Client, A and B share the
  * machine's cores. Both servers get the per-connection rate limit lifted (UNLIMITED_RATE): the default
  * 200 requests/s would measure the limit (429s), not the delivery path.
  */
@@ -81,6 +82,10 @@ export interface FederatedSendResult {
     sendToDeliveredMsMax: number;
     errors: Record<string, number>;
     cpuPercentOfOneCore: { A: number; B: number };
+    /** On PostgreSQL: both databases' backends, percent of one core (bench/lib/pg-cpu.ts). */
+    databaseCpuPercentOfOneCore?: number;
+    /** Database commits per pair on each server. */
+    commitsPerPair: { A: number; B: number };
     /** The main thread's GC pauses on each server during the phase (worker threads' GCs pause only them). */
     gcPauses: { A: GcPauses; B: GcPauses };
     /**
@@ -483,6 +488,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     tracker = new Tracker();
     cpu0 = servers.map((s) => s.cpuMs());
     const waited0 = servers.map((s) => runQueueWaitMs(s.pid));
+    const fixedDbCpu = await backendCpuMeter(started.dbUrls);
+    fixedDbCpu.mark();
     t0 = performance.now();
     const inFlight: Promise<unknown>[] = [];
     for (let n = 0; n < total; n++) {
@@ -506,6 +513,13 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsMax: Number(lat.at(-1)!.toFixed(1)),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
+      ...(kind === 'postgres'
+        ? { databaseCpuPercentOfOneCore: Math.round(((await fixedDbCpu.msSinceMark()) / doneMs) * 100) }
+        : {}),
+      commitsPerPair: {
+        A: round2((stats2[0]!.commits - commits1[0]!.commits) / total),
+        B: round2((stats2[1]!.commits - commits1[1]!.commits) / total),
+      },
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
       attemptsOnA: attemptsBetween(commits1[0]!, stats2[0]!),
       mainThreadWaitedForCoreMs: sinceBefore(waited0, servers, runQueueWaitMs, (now, was) => Math.round(now - was)),
