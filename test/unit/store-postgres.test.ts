@@ -444,6 +444,22 @@ describe('PostgreSQL: pairs and copies stored in batches, calls of one turn in o
     assert.equal(texts.filter((t) => t.includes('UPDATE dm_delivery_state')).length, 2);
   });
 
+  it('a write of rows outside a transaction counts as a commit; a read, or a write of no row, does not', async () => {
+    const [spec] = ownPairs(1, 'count-');
+    const accepted = { state: 'accepted' as const, attempt: 1, acceptedAtMs: T0, nextAttemptAtMs: T0 };
+    await putPair(store, spec!, { ...local(spec!.from, spec!.to), delivery: accepted });
+    const key = messageKeyOf(testPair(spec!).outgoing);
+    const rev = { revisionTimeMs: 0, reencryptedAtMs: 0 };
+    const commits = () => store.commitStats().commits;
+    const before = commits();
+    assert.ok(await store.delivery.getDelivery(key));
+    assert.equal(commits(), before, 'a read');
+    assert.equal(await store.delivery.markDelivered(key, rev, T0 + 1, null), true);
+    assert.equal(commits(), before + 1, 'the mark, committed on its own');
+    assert.equal(await store.delivery.markDelivered(key, rev, T0 + 2, null), false);
+    assert.equal(commits(), before + 1, 'a mark that found no accepted row');
+  });
+
   it('a batch takes two round trips once its connection has parsed its statements: BEGIN with the facts, the rows with COMMIT', async () => {
     const one = await openPool(1);
     const texts: string[] = [];

@@ -98,6 +98,9 @@ const TYPES: pg.CustomTypesConfig = {
 
 const RETRYABLE = new Set(['40001', '40P01']);
 
+/** Command tags of a statement that writes rows. */
+const WRITE_COMMANDS = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
+
 /** SQLSTATE classes and socket errors that mean "the database cannot serve now", not "this query is wrong". */
 function isUnavailable(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
@@ -135,7 +138,7 @@ export class PgDb implements Queryable {
   private readonly waiting: Waiter[] = [];
   private closed = false;
   private idle: (() => void) | null = null;
-  /** Transactions committed and retried, for metrics and benchmarks. */
+  /** Transactions committed (a write outside one counts as one) and retried, for metrics and benchmarks. */
   readonly stats = { commits: 0, retries: 0 };
 
   constructor(private readonly opts: PgDbOptions) {
@@ -209,12 +212,19 @@ export class PgDb implements Queryable {
     }
   }
 
-  /** One statement outside a transaction (a read, or a write that is atomic on its own). */
+  /**
+   * One statement outside a transaction (a read, or a write that is atomic on its own). A write of rows is
+   * a transaction of its own, committed before it is answered, and counts in stats.commits.
+   */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(
     text: string | pg.QueryConfig,
     values?: unknown[],
   ): Promise<pg.QueryResult<R>> {
-    return this.withClient((c) => (typeof text === 'string' ? c.query<R>(text, values) : c.query<R>(text)));
+    return this.withClient(async (c) => {
+      const r = await (typeof text === 'string' ? c.query<R>(text, values) : c.query<R>(text));
+      if (WRITE_COMMANDS.has(r.command) && (r.rowCount ?? 0) > 0) this.stats.commits++;
+      return r;
+    });
   }
 
   /**
