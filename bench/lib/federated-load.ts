@@ -23,6 +23,7 @@ import { connectIdentity, startFederatedProcesses } from '../../test/helpers/fed
 import type { ServerProcess } from '../../test/helpers/server-process.js';
 import { freshTestDb } from '../../test/helpers/test-db.js';
 import { postgresDurability, sqliteWriter } from './machine.js';
+import type { BackendCpuMeter } from './pg-cpu.js';
 import { backendCpuMeter } from './pg-cpu.js';
 import { ascending, pct } from './percentile.js';
 import { UNLIMITED_RATE, inLanes } from './send-load.js';
@@ -304,6 +305,22 @@ function sinceBefore<T, R>(
   });
 }
 
+/** The databases' backends' CPU since `meter` was marked, as a phase's field (none off PostgreSQL). */
+async function databaseCpu(
+  kind: 'sqlite' | 'postgres',
+  meter: BackendCpuMeter,
+  wallMs: number,
+): Promise<{ databaseCpuPercentOfOneCore?: number }> {
+  if (kind !== 'postgres') return {};
+  return { databaseCpuPercentOfOneCore: Math.round(((await meter.msSinceMark()) / wallMs) * 100) };
+}
+
+/** Each server's commits a pair between two readings of its stats. */
+function commitsPerPair(before: ServerStats[], after: ServerStats[], pairs: number): { A: number; B: number } {
+  const per = (i: number): number => Number(((after[i]!.commits - before[i]!.commits) / pairs).toFixed(2));
+  return { A: per(0), B: per(1) };
+}
+
 function cpuPercent(servers: ServerProcess[], before: number[], wallMs: number): { A: number; B: number } {
   return byServer(servers, (s, i) => Math.round(((s.cpuMs() - before[i]!) / wallMs) * 100));
 }
@@ -475,10 +492,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsP99: pct(tracker.latenciesMs(), 0.99),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
-      ...(kind === 'postgres'
-        ? { databaseCpuPercentOfOneCore: Math.round(((await dbCpu.msSinceMark()) / doneMs) * 100) }
-        : {}),
-      commitsPerPair: { A: round2(ca.commits / (CLIENTS * PAIRS)), B: round2(cb.commits / (CLIENTS * PAIRS)) },
+      ...(await databaseCpu(kind, dbCpu, doneMs)),
+      commitsPerPair: commitsPerPair(commits0, commits1, CLIENTS * PAIRS),
       writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
       syscallsPerPair: syscalls,
       attemptsOnA: attemptsBetween(commits0[0]!, commits1[0]!),
@@ -513,13 +528,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       sendToDeliveredMsMax: Number(lat.at(-1)!.toFixed(1)),
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
-      ...(kind === 'postgres'
-        ? { databaseCpuPercentOfOneCore: Math.round(((await fixedDbCpu.msSinceMark()) / doneMs) * 100) }
-        : {}),
-      commitsPerPair: {
-        A: round2((stats2[0]!.commits - commits1[0]!.commits) / total),
-        B: round2((stats2[1]!.commits - commits1[1]!.commits) / total),
-      },
+      ...(await databaseCpu(kind, fixedDbCpu, doneMs)),
+      commitsPerPair: commitsPerPair(commits1, stats2, total),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
       attemptsOnA: attemptsBetween(commits1[0]!, stats2[0]!),
       mainThreadWaitedForCoreMs: sinceBefore(waited0, servers, runQueueWaitMs, (now, was) => Math.round(now - was)),
