@@ -21,7 +21,12 @@ function unavailable(err: unknown): unknown {
   return err;
 }
 
-/** Page size of a new database file (docs/performance.md, "SQLite page size"). */
+/**
+ * Page size of a new database file (docs/performance.md, "SQLite page size"). The page cache stays at
+ * better-sqlite3's 16 MiB: while the database is under 1 GiB, a COMMIT that rebalanced a B-tree walks every
+ * page of the cache, so a larger cache makes those commits slower, and a smaller one reads more pages from
+ * the OS (docs/performance.md, twenty-fourth session).
+ */
 const SQLITE_PAGE_SIZE = 1024;
 /** WAL size at which a commit checkpoints it into the database file, when the writer checkpoints itself. */
 const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024;
