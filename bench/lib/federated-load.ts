@@ -315,9 +315,18 @@ async function databaseCpu(
   return { databaseCpuPercentOfOneCore: Math.round(((await meter.msSinceMark()) / wallMs) * 100) };
 }
 
-/** Each server's commits a pair between two readings of its stats. */
-function commitsPerPair(before: ServerStats[], after: ServerStats[], pairs: number): { A: number; B: number } {
-  const per = (i: number): number => Number(((after[i]!.commits - before[i]!.commits) / pairs).toFixed(2));
+/** A ratio of each server's commits and writes between two readings of its stats, to two decimals. */
+function commitRatio(
+  before: ServerStats[],
+  after: ServerStats[],
+  ratio: (d: { commits: number; writes: number }) => number,
+): { A: number; B: number } {
+  const per = (i: number): number =>
+    Number(
+      ratio({ commits: after[i]!.commits - before[i]!.commits, writes: after[i]!.writes - before[i]!.writes }).toFixed(
+        2,
+      ),
+    );
   return { A: per(0), B: per(1) };
 }
 
@@ -476,11 +485,6 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       writes: perPair(now.writes - was.writes),
     }));
     const commits1 = await Promise.all(servers.map(serverStats));
-    const [ca, cb] = commits1.map((c, i) => ({
-      commits: c.commits - commits0[i]!.commits,
-      writes: c.writes - commits0[i]!.writes,
-    })) as [{ commits: number; writes: number }, { commits: number; writes: number }];
-    const round2 = (x: number): number => Number(x.toFixed(2));
     const throughput = {
       pairs: CLIENTS * PAIRS,
       clients: CLIENTS,
@@ -493,8 +497,8 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       ...(await databaseCpu(kind, dbCpu, doneMs)),
-      commitsPerPair: commitsPerPair(commits0, commits1, CLIENTS * PAIRS),
-      writesPerCommit: { A: round2(ca.writes / ca.commits), B: round2(cb.writes / cb.commits) },
+      commitsPerPair: commitRatio(commits0, commits1, (d) => d.commits / (CLIENTS * PAIRS)),
+      writesPerCommit: commitRatio(commits0, commits1, (d) => d.writes / d.commits),
       syscallsPerPair: syscalls,
       attemptsOnA: attemptsBetween(commits0[0]!, commits1[0]!),
     };
@@ -529,7 +533,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       errors: tracker.errors,
       cpuPercentOfOneCore: cpuPercent(servers, cpu0, doneMs),
       ...(await databaseCpu(kind, fixedDbCpu, doneMs)),
-      commitsPerPair: commitsPerPair(commits1, stats2, total),
+      commitsPerPair: commitRatio(commits1, stats2, (d) => d.commits / total),
       gcPauses: { A: gcBetween(commits1[0]!.gc, stats2[0]!.gc), B: gcBetween(commits1[1]!.gc, stats2[1]!.gc) },
       attemptsOnA: attemptsBetween(commits1[0]!, stats2[0]!),
       mainThreadWaitedForCoreMs: sinceBefore(waited0, servers, runQueueWaitMs, (now, was) => Math.round(now - was)),
