@@ -3,7 +3,7 @@
  * GetChainHeads between partners; the push of new blocks to every partner, the backfill that pulls what partners
  * hold beyond our heads, and the resync of a diverged chain from its owner's first access server.
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../crypto/sha256.js';
 import { decodeBase64With } from '../../protocol/blob.js';
 import type { Block } from '../../protocol/block.js';
 import { decodeBlock } from '../../protocol/block.js';
@@ -71,7 +71,7 @@ const MAX_CHAIN_PAGE_BYTES = 2_000_000;
 const PUSH_LANES = 8;
 
 /** SHA-256 of a block's whole bytes as hex: node:crypto on the server (docs/protocol.md §14.1). */
-const serverBlockHash = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
+const serverBlockHash = (bytes: Uint8Array): string => sha256(bytes, 'hex');
 
 /** A block from a payload: TOO_LARGE before decoding, BAD_BLOB for anything the decoder refuses. */
 const decodeBlockB64 = (b64: string): Block => decodeBase64With(b64, decodeBlock, 'block');

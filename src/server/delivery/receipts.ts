@@ -3,7 +3,7 @@
  * checking one that another server gave (a recipient server's answer, or the proof the sender's other
  * server passes on) against the copy it must prove.
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../crypto/sha256.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import {
@@ -35,7 +35,7 @@ export interface ReceiptCopy {
  * pure-JS hash the browser SDK shares (it runs per delivery, on both servers' event loops).
  */
 export function containerSha256B64(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('base64');
+  return sha256(bytes, 'base64');
 }
 
 /** This server's receipt for a copy it stored. */

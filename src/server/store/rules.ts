@@ -4,7 +4,7 @@
  * they return; so the rules (tombstones win, the latest revision wins, receipts set readAt on their
  * target, deletes remove their targets, outbox rows follow copies) are written once.
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../crypto/sha256.js';
 import { ZERO_HASH } from '../../protocol/block.js';
 import { compareBytes, toHex } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
@@ -217,7 +217,7 @@ export const DIGEST_BYTES = 32;
 
 /** sha256(`messageKey|revisionTimeMs|reencryptedAtMs`) of one copy: what DmDigest xors (docs/protocol.md §7). */
 export function copyDigest(messageKey: string, revisionTimeMs: number, reencryptedAtMs: number): Uint8Array {
-  return createHash('sha256').update(`${messageKey}|${revisionTimeMs}|${reencryptedAtMs}`).digest();
+  return sha256(`${messageKey}|${revisionTimeMs}|${reencryptedAtMs}`);
 }
 
 /** Xors b into acc (both DIGEST_BYTES long). */

@@ -1,5 +1,6 @@
 /** The HTTP side of the port (docs/protocol.md §8): health, metrics, descriptor, the admin/debug gate, web client. */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
+import { sha256 } from '../crypto/sha256.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
 import type { AppContext } from '../context.js';
@@ -80,7 +81,7 @@ export function adminGate(authorization: string | undefined, token: string | und
   const given = /^Bearer (.+)$/.exec(authorization ?? '')?.[1];
   if (given === undefined) return 401;
   // Compare digests so the comparison takes the same time whatever the given token's length.
-  const digest = (s: string) => createHash('sha256').update(s).digest();
+  const digest = (s: string) => sha256(s);
   return timingSafeEqual(digest(given), digest(token)) ? 'ok' : 401;
 }
 

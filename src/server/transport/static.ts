@@ -1,5 +1,5 @@
 /** The web client's static files (docs/web-client.md), built by `npm run build` into dist/web. */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../crypto/sha256.js';
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { extname, resolve, sep } from 'node:path';
@@ -59,7 +59,7 @@ export async function serveWebFile(
     return false;
   }
   const immutable = relative.startsWith('assets/');
-  const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"`;
+  const etag = `"${sha256(body, 'base64url').slice(0, 27)}"`;
   const headers: Record<string, string> = {
     'content-type': type,
     'cache-control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',

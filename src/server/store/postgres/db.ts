@@ -3,7 +3,7 @@
  * deadlocks, and the database's own failures mapped to the protocol's codes (docs/protocol.md §9.2 and
  * decision 26).
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../../crypto/sha256.js';
 import pg from 'pg';
 import { ShineError } from '../../../protocol/errors.js';
 
@@ -37,7 +37,7 @@ const preparedNames = new Map<string, string>();
 export function prepared(text: string, values: unknown[]): pg.QueryConfig {
   let name = preparedNames.get(text);
   if (name === undefined) {
-    name = `shine_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
+    name = `shine_${sha256(text, 'hex').slice(0, 32)}`;
     preparedNames.set(text, name);
   }
   return { name, text, values };
@@ -329,5 +329,5 @@ export class PgDb implements Queryable {
  * and a plain number, so it can go into SQL text without parameters.
  */
 export function lockKey(name: string): string {
-  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
+  return sha256(name).readBigInt64BE(0).toString();
 }
