@@ -128,6 +128,17 @@ const nodeArgs = [
   ...(process.env.SHINE_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean),
 ];
 
+/**
+ * Where a server's stdout goes: nowhere, or with SHINE_SERVER_STDOUT_DIR set, a file `server-PORT.log` in that
+ * folder, e.g. for what V8 prints with `SHINE_SERVER_NODE_ARGS=--trace-gc-nvp` (docs/performance.md).
+ */
+function stdoutTo(port: number): 'ignore' | number {
+  const dir = process.env.SHINE_SERVER_STDOUT_DIR;
+  if (!dir) return 'ignore';
+  mkdirSync(dir, { recursive: true });
+  return openSync(join(dir, `server-${port}.log`), 'a');
+}
+
 export async function startServerProcess(opts: ServerProcessOptions = {}): Promise<ServerProcess> {
   const port = opts.port ?? (await freePort());
   const dataDir = mkdtempSync(join(tmpdir(), 'shine-proc-'));
@@ -146,6 +157,7 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
+    const stdout = stdoutTo(port);
     child = spawn(process.execPath, [...nodeArgs, ...(opts.nodeArgs ?? []), await cliBundle(), 'serve'], {
       env: {
         ...process.env,
@@ -156,8 +168,9 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
         ...dbEnv,
         ...opts.env,
       },
-      stdio: ['ignore', 'ignore', opts.stderr ?? 'inherit'],
+      stdio: ['ignore', stdout, opts.stderr ?? 'inherit'],
     });
+    if (typeof stdout === 'number') closeSync(stdout);
     const deadline = Date.now() + 30_000;
     for (;;) {
       if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
