@@ -1,8 +1,8 @@
 /** The HTTP side of the port (docs/protocol.md §8): health, metrics, descriptor, the admin/debug gate, web client. */
 import { timingSafeEqual } from 'node:crypto';
-import { sha256 } from '../crypto/sha256.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ShineError } from '../../protocol/errors.js';
+import { sha256 } from '../crypto/sha256.js';
 import type { AppContext } from '../context.js';
 import { METRICS_CONTENT_TYPE } from '../metrics.js';
 import { serveWebFile } from './static.js';
@@ -81,8 +81,7 @@ export function adminGate(authorization: string | undefined, token: string | und
   const given = /^Bearer (.+)$/.exec(authorization ?? '')?.[1];
   if (given === undefined) return 401;
   // Compare digests so the comparison takes the same time whatever the given token's length.
-  const digest = (s: string) => sha256(s);
-  return timingSafeEqual(digest(given), digest(token)) ? 'ok' : 401;
+  return timingSafeEqual(sha256(given), sha256(token)) ? 'ok' : 401;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

@@ -1,9 +1,9 @@
 /** The web client's static files (docs/web-client.md), built by `npm run build` into dist/web. */
-import { sha256 } from '../crypto/sha256.js';
 import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { extname, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { sha256 } from '../crypto/sha256.js';
 
 /** Where `vite build` writes the client; the same folder from src/ (tsx) and from dist/ (compiled). */
 export const WEB_ROOT = fileURLToPath(new URL('../../../dist/web/', import.meta.url));
