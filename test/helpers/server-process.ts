@@ -157,8 +157,9 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
   let child: ChildProcess;
 
   const launch = async (): Promise<void> => {
+    const bundle = await cliBundle();
     const stdout = stdoutTo(port);
-    child = spawn(process.execPath, [...nodeArgs, ...(opts.nodeArgs ?? []), await cliBundle(), 'serve'], {
+    child = spawn(process.execPath, [...nodeArgs, ...(opts.nodeArgs ?? []), bundle, 'serve'], {
       env: {
         ...process.env,
         SHINE_HOST: '127.0.0.1',

@@ -3,7 +3,6 @@
  * GetChainHeads between partners; the push of new blocks to every partner, the backfill that pulls what partners
  * hold beyond our heads, and the resync of a diverged chain from its owner's first access server.
  */
-import { sha256 } from '../crypto/sha256.js';
 import { decodeBase64With } from '../../protocol/blob.js';
 import type { Block } from '../../protocol/block.js';
 import { decodeBlock } from '../../protocol/block.js';
@@ -13,6 +12,7 @@ import { eventFrame } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { ChainEventPayload, OpAnswer, OpPayload } from '../../protocol/ops.js';
 import { DEFAULT_CHAIN_PAGE, MAX_CHAIN_HEADS, MAX_CHAIN_PAGE } from '../../protocol/ops.js';
+import { sha256 } from '../crypto/sha256.js';
 import type { BackgroundQueue } from '../background/queue.js';
 import { untilAborted } from '../background/queue.js';
 import type { Clock } from '../clock.js';

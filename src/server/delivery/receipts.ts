@@ -3,7 +3,6 @@
  * checking one that another server gave (a recipient server's answer, or the proof the sender's other
  * server passes on) against the copy it must prove.
  */
-import { sha256 } from '../crypto/sha256.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import {
@@ -14,6 +13,7 @@ import {
   signReceipt,
 } from '../../protocol/receipt.js';
 import { fromBase64, utf8 } from '../../protocol/bytes.js';
+import { sha256 } from '../crypto/sha256.js';
 import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
 import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import type { Config } from '../config/config.js';

@@ -4,7 +4,6 @@
  * they return; so the rules (tombstones win, the latest revision wins, receipts set readAt on their
  * target, deletes remove their targets, outbox rows follow copies) are written once.
  */
-import { sha256 } from '../crypto/sha256.js';
 import { ZERO_HASH } from '../../protocol/block.js';
 import { compareBytes, toHex } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
@@ -23,6 +22,7 @@ import {
   receiptTargetBaseKey,
   syncIdOf,
 } from '../../protocol/container.js';
+import { sha256 } from '../crypto/sha256.js';
 import type {
   ChainBlockInput,
   ChainHead,

@@ -3,8 +3,8 @@
  * deadlocks, and the database's own failures mapped to the protocol's codes (docs/protocol.md §9.2 and
  * decision 26).
  */
-import { sha256 } from '../../crypto/sha256.js';
 import pg from 'pg';
+import { sha256 } from '../../crypto/sha256.js';
 import { ShineError } from '../../../protocol/errors.js';
 
 export interface PgDbOptions {
