@@ -2,11 +2,10 @@
  * From one text frame to one answer: envelope, op lookup, session kind, payload schema, handler.
  * Socket-free, so every rule of docs/protocol.md §5 about requests lives here and nowhere else.
  */
-import type { z } from 'zod';
 import type { Request, Response } from '../../protocol/envelope.js';
 import { EnvelopeError, errorResponse, okResponse, parseRequest } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
-import type { OpCall, OpRegistry } from '../api/registry.js';
+import type { OpCall, OpRegistry, PayloadIssue } from '../api/registry.js';
 import { UNFEDERATED_SERVER_LOGIN } from '../config/config.js';
 import type { Config } from '../config/config.js';
 import type { Logger } from '../log.js';
@@ -77,27 +76,47 @@ export class Dispatcher {
     if (def.auth === 'server' && this.config.s2sAuth === 'required' && !session.serverLogin)
       return fail(request, new ShineError('NOT_AUTHENTICATED', `${request.op} needs a server session`));
     const checked = def.check(request.payload);
-    if (!checked.ok) return fail(request, new ShineError('BAD_FIELDS', describeIssues(checked.error)));
+    if (!checked.ok) return fail(request, new ShineError('BAD_FIELDS', describeIssues(checked.issues)));
 
-    const afterAnswer: (() => Promise<void>)[] = [];
-    // Made on first use only: most requests never log.
-    let log: Logger | undefined;
-    const requestLog = () =>
-      (log ??= this.log.child({ requestId: request.requestId, op: request.op, sessionId: session.id }));
-    const call: OpCall = {
-      afterAnswer: (fn) => void afterAnswer.push(fn),
-      get log() {
-        return requestLog();
-      },
-    };
+    const call = new RequestCall(this.log, request, session);
     try {
       const payload = await checked.run(session, call);
-      return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer };
+      return { response: okResponse(request.op, request.requestId, payload ?? {}), afterAnswer: call.after };
     } catch (err) {
       if (err instanceof ShineError) return fail(request, err);
-      requestLog().error('op failed', { login: session.login, err });
+      call.log.error('op failed', { login: session.login, err });
       return fail(request, new ShineError('INTERNAL', 'internal error'));
     }
+  }
+}
+
+/**
+ * The call a handler gets. A class, not an object literal with a getter: a literal's getter is a new
+ * closure each request, and V8 keeps each such accessor in the old generation, where it held the whole
+ * request (the closure's scope) through every young-generation collection until the next full one
+ * (docs/performance.md, twenty-sixth session).
+ */
+class RequestCall implements OpCall {
+  readonly after: (() => Promise<void>)[] = [];
+  /** Made on first use only: most requests never log. */
+  private logger: Logger | undefined;
+
+  constructor(
+    private readonly base: Logger,
+    private readonly request: Request,
+    private readonly session: Session,
+  ) {}
+
+  afterAnswer(fn: () => Promise<void>): void {
+    this.after.push(fn);
+  }
+
+  get log(): Logger {
+    return (this.logger ??= this.base.child({
+      requestId: this.request.requestId,
+      op: this.request.op,
+      sessionId: this.session.id,
+    }));
   }
 }
 
@@ -106,7 +125,8 @@ function fail(to: { op?: string | undefined; requestId?: string | undefined }, e
 }
 
 /** "payload.field: message; …", short enough to send back. */
-function describeIssues(error: z.ZodError): string {
-  const text = error.issues.map((i) => `${['payload', ...i.path.map(String)].join('.')}: ${i.message}`).join('; ');
+function describeIssues(issues: readonly PayloadIssue[]): string {
+  const where = (i: PayloadIssue): string[] => (i.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p));
+  const text = issues.map((i) => `${['payload', ...where(i)].join('.')}: ${i.message}`).join('; ');
   return text.length > MAX_MESSAGE ? text.slice(0, MAX_MESSAGE - 1) + '…' : text;
 }
