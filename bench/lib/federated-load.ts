@@ -101,14 +101,14 @@ export interface FederatedSendResult {
 }
 
 /** Pauses of one GC kind: how many, their total, and how many took 10 ms or more. */
-interface GcKindPauses {
+export interface GcKindPauses {
   count: number;
   ms: number;
   atLeast10ms: number;
 }
 
 /** Young-generation collections (scavenges) and full mark-compact collections. */
-type GcPauses = { minor: GcKindPauses; major: GcKindPauses };
+export type GcPauses = { minor: GcKindPauses; major: GcKindPauses };
 
 /** When each pair was sent and when its sender learnt it was delivered. */
 export class Tracker {
@@ -227,6 +227,16 @@ export async function scrape(s: ServerProcess): Promise<(series: string) => numb
  */
 async function serverStats(s: ServerProcess): Promise<ServerStats> {
   const read = await scrape(s);
+  return {
+    commits: read('shine_db_commits_total'),
+    writes: read('shine_db_writes_total'),
+    gc: gcPausesIn(read),
+    attempts: Object.fromEntries(Object.entries(ATTEMPT_SERIES).map(([k, series]) => [k, read(series)])),
+  };
+}
+
+/** A server's main-thread GC pauses so far, from a scrape of its /metrics (prom-client's `nodejs_gc_duration_seconds`). */
+export function gcPausesIn(read: (series: string) => number): GcPauses {
   const gc = (kind: string): GcKindPauses => {
     const count = read(`nodejs_gc_duration_seconds_count{kind="${kind}"}`);
     return {
@@ -235,12 +245,7 @@ async function serverStats(s: ServerProcess): Promise<ServerStats> {
       atLeast10ms: count - read(`nodejs_gc_duration_seconds_bucket{le="0.01",kind="${kind}"}`),
     };
   };
-  return {
-    commits: read('shine_db_commits_total'),
-    writes: read('shine_db_writes_total'),
-    gc: { minor: gc('minor'), major: gc('major') },
-    attempts: Object.fromEntries(Object.entries(ATTEMPT_SERIES).map(([k, series]) => [k, read(series)])),
-  };
+  return { minor: gc('minor'), major: gc('major') };
 }
 
 /** The delivery attempts a server made between two readings of its stats. */
@@ -248,7 +253,7 @@ function attemptsBetween(before: ServerStats, after: ServerStats): Record<string
   return Object.fromEntries(Object.keys(ATTEMPT_SERIES).map((k) => [k, after.attempts[k]! - before.attempts[k]!]));
 }
 
-function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
+export function gcBetween(before: GcPauses, after: GcPauses): GcPauses {
   const kind = (b: GcKindPauses, a: GcKindPauses): GcKindPauses => ({
     count: a.count - b.count,
     ms: Number((a.ms - b.ms).toFixed(1)),
