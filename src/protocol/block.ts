@@ -81,7 +81,7 @@ export function encodeUnsignedBlock(f: BlockFields): Uint8Array {
 /** Encodes and signs with the owner's 32-byte Ed25519 seed. */
 export function encodeSignedBlock(f: BlockFields, signSeed: Uint8Array): Block {
   const signed = appendSignature(encodeUnsignedBlock(f), signSeed);
-  return { ...f, prevHash: f.prevHash.slice(), body: f.body.slice(), ...signed };
+  return Object.assign({}, f, { prevHash: f.prevHash.slice(), body: f.body.slice() }, signed);
 }
 
 /** Decodes strictly; throws ContainerError (and nothing else) for any malformed input. */

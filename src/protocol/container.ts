@@ -175,7 +175,7 @@ export function appendSignature(
 
 /** Encodes and signs with the sender's 32-byte Ed25519 seed. */
 export function encodeSigned(f: ContainerFields, signSeed: Uint8Array): Container {
-  return { ...f, body: f.body.slice(), ...appendSignature(encodeUnsigned(f), signSeed) };
+  return Object.assign({}, f, { body: f.body.slice() }, appendSignature(encodeUnsigned(f), signSeed));
 }
 
 /**

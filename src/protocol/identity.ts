@@ -73,11 +73,11 @@ export function verifyText(
 }
 
 export function signProfile(p: UnsignedProfile, seed: Uint8Array): UserProfile {
-  return { ...p, signatureB64: signText(profileSigningText(p), seed) };
+  return Object.assign({}, p, { signatureB64: signText(profileSigningText(p), seed) });
 }
 
 export function signDescriptor(d: Omit<ServerDescriptor, 'signatureB64'>, seed: Uint8Array): ServerDescriptor {
-  return { ...d, signatureB64: signText(descriptorSigningText(d), seed) };
+  return Object.assign({}, d, { signatureB64: signText(descriptorSigningText(d), seed) });
 }
 
 /** Shape checks of a profile (not its signature); returns a reason or null. */

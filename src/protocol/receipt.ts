@@ -44,7 +44,7 @@ export function containerSha256B64(containerBytes: Uint8Array): string {
 
 /** Signs a receipt with a signer of signing texts (the server's key: src/server/keys.ts). */
 export function signReceipt(r: UnsignedReceipt, sign: (text: string) => string): DeliveryReceipt {
-  return { ...r, signatureB64: sign(receiptSigningText(r)) };
+  return Object.assign({}, r, { signatureB64: sign(receiptSigningText(r)) });
 }
 
 /** True when the receipt's signature verifies against the signing server's key. */

@@ -45,13 +45,21 @@ export class Metrics {
    * have the series from the start, else they are taken from the first inc().
    */
   counter(name: string, help: string, labelNames?: readonly string[]): Counter {
-    const metric = this.lazy(name, labelNames, (n, l) => new prom.Counter({ ...this.base(n, help), labelNames: l }));
+    const metric = this.lazy(
+      name,
+      labelNames,
+      (n, l) => new prom.Counter(Object.assign({}, this.base(n, help), { labelNames: l })),
+    );
     return { inc: (labels, by = 1) => void metric.for(labels).inc(labels ?? {}, by) };
   }
 
   /** A gauge; with `read`, its value (or values by label) is read when /metrics is scraped. */
   gauge(name: string, help: string, read?: () => GaugeReading, labelNames?: readonly string[]): Gauge {
-    const metric = this.lazy(name, labelNames, (n, l) => new prom.Gauge({ ...this.base(n, help), labelNames: l }));
+    const metric = this.lazy(
+      name,
+      labelNames,
+      (n, l) => new prom.Gauge(Object.assign({}, this.base(n, help), { labelNames: l })),
+    );
     if (read) {
       this.readers.push(() => {
         const reading = read();
@@ -73,7 +81,7 @@ export class Metrics {
     const metric = this.lazy(
       name,
       labelNames,
-      (n, l) => new prom.Histogram({ ...this.base(n, help), labelNames: l, buckets: [...buckets] }),
+      (n, l) => new prom.Histogram(Object.assign({}, this.base(n, help), { labelNames: l, buckets: [...buckets] })),
     );
     return { observe: (value, labels) => void metric.for(labels).observe(labels ?? {}, value) };
   }

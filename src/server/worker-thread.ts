@@ -14,7 +14,7 @@ import { Worker } from 'node:worker_threads';
 export function evalWorker(source: string, packages: readonly string[], data: Record<string, unknown> = {}): Worker {
   const require = createRequire(import.meta.url);
   const paths = Object.fromEntries(packages.map((p) => [p, require.resolve(p)]));
-  const worker = new Worker(source, { eval: true, workerData: { ...data, paths } });
+  const worker = new Worker(source, { eval: true, workerData: Object.assign({}, data, { paths }) });
   worker.unref();
   return worker;
 }

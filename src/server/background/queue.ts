@@ -37,7 +37,7 @@ export class BackgroundQueue {
       .then(() => task(this.signal))
       .then(
         () => undefined,
-        (err: unknown) => this.log.error('background task failed', { task: name, ...context, err }),
+        (err: unknown) => this.log.error('background task failed', Object.assign({ task: name }, context, { err })),
       )
       .finally(() => this.running.delete(done));
     this.running.add(done);

@@ -67,12 +67,12 @@ export class CallService {
 
   /** CallInviteBroadcast from a client session. */
   async invite(p: OpPayload<'CallInviteBroadcast'>, session: UserSession): Promise<CallDelivery> {
-    return this.send({ ...p, fromLogin: session.login, kind: 'invite' }, session);
+    return this.send(Object.assign({}, p, { fromLogin: session.login, kind: 'invite' as const }), session);
   }
 
   /** CallSignal from a client session; its answer counts the callee's sessions only. */
   async signal(p: OpPayload<'CallSignal'>, session: UserSession): Promise<{ deliveredWsSessions: number }> {
-    const { deliveredWsSessions } = await this.send({ ...p, fromLogin: session.login }, session);
+    const { deliveredWsSessions } = await this.send(Object.assign({}, p, { fromLogin: session.login }), session);
     return { deliveredWsSessions };
   }
 
@@ -134,7 +134,7 @@ export class CallService {
    * itself. Not waited for: the answer counts the callee's sessions only.
    */
   private echoToOwnDevices(msg: CallMessage, session: Pick<Session, 'id'>): void {
-    const own = { ...msg, toLogin: msg.fromLogin };
+    const own = Object.assign({}, msg, { toLogin: msg.fromLogin });
     this.deps.fanout.sendToUser(own.toLogin, callFrame(own), session.id);
     const { directory, config, log } = this.deps;
     void directory
@@ -164,7 +164,7 @@ export class CallService {
     waitMs: number,
   ): Promise<(CallDelivery | null)[]> {
     const { config, clock, peers, log } = this.deps;
-    const payload = { ...msg, sourceServerLogin: config.serverLogin };
+    const payload = Object.assign({}, msg, { sourceServerLogin: config.serverLogin });
     return Promise.all(
       servers
         .filter((s) => s !== config.serverLogin)

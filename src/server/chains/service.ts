@@ -208,12 +208,10 @@ export class ChainService {
     const rows = wanted > 0 ? await chains.blocks(p.login, fromIndex, wanted) : [];
     // A page stays far below the 4 MiB frame: blocks of up to 64 KiB fill it long before 500 of them.
     const { items } = takeWithinBytes(rows, limit, MAX_CHAIN_PAGE_BYTES, (r) => r.bytes.length);
-    return {
-      login: p.login,
-      ...headDetails(head),
+    return Object.assign({ login: p.login }, headDetails(head), {
       items: items.map((r) => ({ index: r.index, blockHash: r.hash, blockB64: toBase64(r.bytes) })),
       hasMore: head !== null && items.length > 0 && items.at(-1)!.index < head.index,
-    };
+    });
   }
 
   // ---- partners ----
@@ -489,7 +487,7 @@ export class ChainService {
         await this.resync(marker);
       } catch (err) {
         summary.errors++;
-        this.deps.log.warn('chain resync failed; the marker stays', { ...marker, err: String(err) });
+        this.deps.log.warn('chain resync failed; the marker stays', { err: String(err), ...marker });
       }
     }
     summary.resyncs = this.resyncsDone - resyncsBefore;
@@ -582,10 +580,10 @@ export class ChainService {
       return;
     }
     const marker = await store.chains.markResync({ login, source: authoritative, startedAtMs: clock.now() });
-    log.warn('chain diverged; resync from the authoritative server', { ...marker, partner: reportedBy });
+    log.warn('chain diverged; resync from the authoritative server', { partner: reportedBy, ...marker });
     // A failed resync leaves the marker, which every cycle retries; the caller's backfill goes on.
     await this.resyncLocked(marker).catch((err: unknown) =>
-      log.warn('chain resync failed; the marker stays', { ...marker, err: String(err) }),
+      log.warn('chain resync failed; the marker stays', { err: String(err), ...marker }),
     );
   }
 
@@ -653,7 +651,8 @@ export class ChainService {
       partners: this.partners.map((partner) => {
         const mem = this.acked.get(partner)?.get(login);
         const db = stored.get(partner);
-        const ack = mem && (!db || mem.index >= db.index) ? mem : db ? { ...db, atMs: db.ackedAtMs } : null;
+        const ack =
+          mem && (!db || mem.index >= db.index) ? mem : db ? Object.assign({}, db, { atMs: db.ackedAtMs }) : null;
         return {
           partner,
           ackedIndex: ack?.index ?? null,

@@ -121,8 +121,8 @@ export class RedisFanout implements Fanout {
       // Resubscribed by hand on every ready, so the moment the subscription holds is known.
       autoResubscribe: false,
     };
-    this.pub = new Redis(deps.redisUrl, { ...options, connectionName: 'shine-fanout-pub' });
-    this.sub = new Redis(deps.redisUrl, { ...options, connectionName: 'shine-fanout-sub' });
+    this.pub = new Redis(deps.redisUrl, Object.assign({}, options, { connectionName: 'shine-fanout-pub' }));
+    this.sub = new Redis(deps.redisUrl, Object.assign({}, options, { connectionName: 'shine-fanout-sub' }));
     const { metrics } = deps;
     metrics.gauge('redis_up', 'Whether this process reaches Redis (1) or serves its own sessions only (0).', () =>
       this.up ? 1 : 0,

@@ -87,7 +87,7 @@ export class ProcessRegistry {
   /** The live processes, this one included. */
   async list(): Promise<ProcessView[]> {
     const rows = await this.deps.store.processes.liveProcesses(this.liveSince());
-    return rows.map((r) => ({ ...r, self: r.processId === this.processId }));
+    return rows.map((r) => Object.assign({}, r, { self: r.processId === this.processId }));
   }
 
   /** Live processes other than this one; a stale row of a dead process at this host and port is removed. */

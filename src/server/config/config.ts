@@ -377,7 +377,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
 /** The config once the port is bound: a port-0 config gets its real port and, if derived, its URL. */
 export function bindConfigToPort(config: Config, port: number): Config {
   if (config.port !== 0) return config;
-  return { ...config, port, publicWsUrl: config.publicWsUrl || defaultWsUrl(config.host, port) };
+  return Object.assign({}, config, { port, publicWsUrl: config.publicWsUrl || defaultWsUrl(config.host, port) });
 }
 
 /** `ws://HOST:PORT/ws`, with IPv6 literals bracketed. */

@@ -218,7 +218,7 @@ export class DeliveryEngine {
     const { s2sTimeoutMs, firstAttemptWaitMs } = this.deps.config;
     const errors: string[] = [];
     const refreshWaitMs = Math.min(s2sTimeoutMs, firstAttemptWaitMs / 2);
-    const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, undefined);
+    const want = expectationFor(Object.assign({}, incoming, { messageKey: messageKeyOf(incoming) }), undefined);
     let down = (): void => {};
     const routesDown = new Promise<void>((resolve) => (down = resolve));
     const running = new Set<string>();
@@ -254,7 +254,7 @@ export class DeliveryEngine {
       }
     });
     if (senderPeer) {
-      const forward = { ...payload, outgoingBlobB64: toBase64(outgoing.bytes) };
+      const forward = Object.assign({}, payload, { outgoingBlobB64: toBase64(outgoing.bytes) });
       this.deps.background.run('forward to sender peer', { peer: senderPeer, key: outgoingKey }, () =>
         outcome
           .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
@@ -421,7 +421,11 @@ export class DeliveryEngine {
       .then(async (answer) => {
         this.callSeconds.observe((performance.now() - started) / 1000);
         // Only the server called may prove the delivery to it.
-        const checked = await checkReceipt(answer.receipt, { ...want, serverLogins: [server] }, this.deps);
+        const checked = await checkReceipt(
+          answer.receipt,
+          Object.assign({}, want, { serverLogins: [server] }),
+          this.deps,
+        );
         if ('problem' in checked) {
           this.deps.log.warn('delivery answered without a valid receipt', {
             server,
@@ -605,14 +609,14 @@ export class DeliveryEngine {
     }
     const sender = await directory.lookup(row.senderLogin);
     const senderPeer = sender?.accessServers.find((s) => s !== config.serverLogin) ?? null;
-    const want = expectationFor({ ...copy, bytes: copy.blob }, undefined);
+    const want = expectationFor(Object.assign({}, copy, { bytes: copy.blob }), undefined);
     const peerProof =
       regular && senderPeer && config.peerCheckAttempts.includes(due + 1)
         ? await this.peerProof(senderPeer, row, want)
         : null;
     if (peerProof) {
       const update = { state: 'delivered' as const, attempt: due + 1, nextAttemptAtMs: null, lastError: null };
-      await this.finish(row, { ...update, proof: peerProof });
+      await this.finish(row, Object.assign({}, update, { proof: peerProof }));
       return;
     }
     const payload = { incomingBlobB64: toBase64(copy.blob), sourceServerLogin: config.serverLogin };
@@ -675,7 +679,11 @@ export class DeliveryEngine {
       const answer = await this.deps.peers.call(peer, 'GetDmDeliveryStatus', { messageKey: row.outgoingKey });
       if (!('delivered' in answer) || !answer.delivered) return null;
       const servers = await proofSigners(this.deps.directory, row.recipientLogin);
-      const checked = await checkReceipt(answer.proof, servers ? { ...want, serverLogins: servers } : want, this.deps);
+      const checked = await checkReceipt(
+        answer.proof,
+        servers ? Object.assign({}, want, { serverLogins: servers }) : want,
+        this.deps,
+      );
       if ('receipt' in checked) return checked.receipt;
       this.deps.log.warn('peer says delivered without a valid proof', {
         peer,

@@ -62,7 +62,7 @@ export interface OwnReceiptDeps {
 
 /** receiptFor signed by this server: for a copy as a call stores it, or as it is stored (getCopy's row). */
 export function ownReceipt(deps: Omit<OwnReceiptDeps, 'store'>, c: ReceiptCopy | StoredCopy): DeliveryReceipt {
-  const copy = 'blob' in c ? { ...c, bytes: c.blob } : c;
+  const copy = 'blob' in c ? Object.assign({}, c, { bytes: c.blob }) : c;
   return receiptFor(deps.config.serverLogin, (text) => deps.serverKey.sign(text), copy);
 }
 

@@ -88,7 +88,9 @@ export class Directory {
       const { serverLogin, publicWsUrl } = this.deps.config;
       if (!publicWsUrl) throw new Error('publicWsUrl is not known before the server listens');
       const unsigned = { serverLogin, wsUrl: publicWsUrl, signKeyB64: this.deps.serverKey.publicKeyB64 };
-      this.self = { ...unsigned, signatureB64: this.deps.serverKey.sign(descriptorSigningText(unsigned)) };
+      this.self = Object.assign({}, unsigned, {
+        signatureB64: this.deps.serverKey.sign(descriptorSigningText(unsigned)),
+      });
     }
     return this.self;
   }

@@ -205,7 +205,7 @@ export class DmService {
         else deliveryState = waited.state;
       }
     }
-    return { ...stored.answer, deliveryState };
+    return Object.assign({}, stored.answer, { deliveryState });
   }
 
   /**
@@ -243,7 +243,10 @@ export class DmService {
             acceptedAtMs: now,
             nextAttemptAtMs: null,
             // This server's own receipt (docs/protocol.md §13.1), for the incoming copy as this call stores it.
-            proof: ownReceipt(this.deps, { ...pair.incoming, messageKey: incomingKey, storedAtMs: now }),
+            proof: ownReceipt(
+              this.deps,
+              Object.assign({}, pair.incoming, { messageKey: incomingKey, storedAtMs: now }),
+            ),
           }
         : {
             state: 'accepted',
@@ -414,16 +417,15 @@ export class DmService {
 }
 
 function directMessageFrame(copy: Container, result: CopyResult) {
-  const event: DirectMessageEvent = {
-    ...copyFieldsOf(copy),
+  const event: DirectMessageEvent = Object.assign(copyFieldsOf(copy), {
     storedAtMs: result.storedAtMs,
     blobB64: toBase64(copy.bytes),
-  };
+  });
   return eventFrame('DirectMessage', event);
 }
 
 function directMessageEvent({ blob, ...fields }: StoredCopy): DirectMessageEvent {
-  return { ...fields, blobB64: toBase64(blob) };
+  return Object.assign({}, fields, { blobB64: toBase64(blob) });
 }
 
 const isNew = (r: CopyResult): boolean => r.outcome === 'inserted' || r.outcome === 'updated';

@@ -141,7 +141,10 @@ export class FederationService {
    */
   private async receiptOf(copy: Container, result: CopyResult): Promise<DeliveryReceipt | null> {
     if (result.outcome === 'inserted' || result.outcome === 'updated')
-      return ownReceipt(this.deps, { ...copy, messageKey: result.messageKey, storedAtMs: result.storedAtMs });
+      return ownReceipt(
+        this.deps,
+        Object.assign({}, copy, { messageKey: result.messageKey, storedAtMs: result.storedAtMs }),
+      );
     return result.outcome === 'unchanged' ? storedReceipt(this.deps, result.messageKey) : null;
   }
 

@@ -84,7 +84,7 @@ export function httpPushTransport(deps: {
         ...(options.topic ? { topic: options.topic } : {}),
       },
     );
-    const headers = { ...request.headers, authorization: authorizationFor(url.origin) };
+    const headers = Object.assign({}, request.headers, { authorization: authorizationFor(url.origin) });
     const abort = new AbortController();
     let timedOut = false;
     const timer = clock.setTimer(timeoutMs, () => {

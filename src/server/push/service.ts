@@ -103,14 +103,14 @@ export class PushService {
     const { config, clock, store, log } = this.deps;
     const endpoint = checkEndpoint(p.endpoint, config.webPushAllowInsecure);
     const keys = checkKeys(p.p256dhB64, p.authB64);
-    const { dropped } = await store.upsertSubscription({
-      endpoint,
-      ...keys,
-      ownerLogin: session.login,
-      deviceId: p.deviceId ?? session.deviceId,
-      nowMs: clock.now(),
-      maxPerOwner: MAX_SUBSCRIPTIONS_PER_LOGIN,
-    });
+    const { dropped } = await store.upsertSubscription(
+      Object.assign({ endpoint }, keys, {
+        ownerLogin: session.login,
+        deviceId: p.deviceId ?? session.deviceId,
+        nowMs: clock.now(),
+        maxPerOwner: MAX_SUBSCRIPTIONS_PER_LOGIN,
+      }),
+    );
     if (dropped > 0) log.info('push subscriptions over the limit dropped', { owner: session.login, dropped });
     return { stored: true };
   }
@@ -323,11 +323,12 @@ export class PushService {
   private async retry(job: Job): Promise<void> {
     const sub = await this.deps.store.getSubscription(job.target.endpoint).catch(() => null);
     if (!sub) return;
-    this.enqueue({
-      ...job,
-      target: { endpoint: sub.endpoint, p256dh: sub.p256dh, auth: sub.auth },
-      attempt: job.attempt + 1,
-    });
+    this.enqueue(
+      Object.assign({}, job, {
+        target: { endpoint: sub.endpoint, p256dh: sub.p256dh, auth: sub.auth },
+        attempt: job.attempt + 1,
+      }),
+    );
   }
 }
 

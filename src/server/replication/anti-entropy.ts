@@ -114,12 +114,14 @@ export class AntiEntropy {
     const { owner, range } = await this.range(p, s);
     const buckets = await this.deps.store.replication.dmDigest(owner, splitRange(range, p.buckets));
     return {
-      items: buckets.map((b) => ({
-        ...rangeOf(b),
-        count: b.count,
-        xorSha256B64: toBase64(b.xor),
-        ...(b.minTimeMs === null ? {} : { minTimeMs: b.minTimeMs, maxTimeMs: b.maxTimeMs! }),
-      })),
+      items: buckets.map((b) =>
+        Object.assign(
+          {},
+          rangeOf(b),
+          { count: b.count, xorSha256B64: toBase64(b.xor) },
+          b.minTimeMs === null ? {} : { minTimeMs: b.minTimeMs, maxTimeMs: b.maxTimeMs! },
+        ),
+      ),
     };
   }
 
@@ -200,7 +202,7 @@ export class AntiEntropy {
     const differing = async (range: TimeRange, n: number): Promise<Differing[]> => {
       const ranges = splitRange(range, n);
       const [theirs, ours] = await Promise.all([
-        call('DmDigest', { ownerLogin: owner, ...range, buckets: n }),
+        call('DmDigest', Object.assign({ ownerLogin: owner }, range, { buckets: n })),
         this.deps.store.replication.dmDigest(owner, ranges),
       ]);
       if (theirs.items.length !== n)

@@ -383,7 +383,7 @@ export class ReplicationService {
       summary.errors += chains.errors;
     }
     summary.durationMs = clock.now() - started;
-    this.lastCycle = { ...summary, finishedAtMs: clock.now() };
+    this.lastCycle = Object.assign({}, summary, { finishedAtMs: clock.now() });
     this.cycles.inc({ result: summary.errors === 0 ? 'ok' : 'errors' });
     log.info('sync cycle done', { ...summary });
     return summary;
@@ -396,7 +396,9 @@ export class ReplicationService {
   async repairNow(owner: string | null): Promise<RepairSummary> {
     const { store, config, clock, log } = this.deps;
     const started = clock.now();
-    const summary: RepairSummary = { peers: 0, owners: 0, errors: 0, ...emptyRepairStats(), durationMs: 0 };
+    const summary: RepairSummary = Object.assign({ peers: 0, owners: 0, errors: 0 }, emptyRepairStats(), {
+      durationMs: 0,
+    });
     const signal = this.deps.background.signal;
     if (config.serverLogin !== 'local') {
       for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
@@ -430,10 +432,11 @@ export class ReplicationService {
   private pullSettings(peer: string, owner: string, signal: AbortSignal): Promise<number> {
     const fetchPage: FetchPage<SettingsSyncAnswer['items'][number]> = async (after, acks) => {
       const page = await untilAborted(
-        this.deps.peers.call(peer, 'UserSettingsSyncBatch', {
-          ...syncRequest(owner, after, acks),
-          afterKey: after.key,
-        }),
+        this.deps.peers.call(
+          peer,
+          'UserSettingsSyncBatch',
+          Object.assign({}, syncRequest(owner, after, acks), { afterKey: after.key }),
+        ),
         signal,
       );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextKey } };
@@ -478,7 +481,11 @@ export class ReplicationService {
   private pullDm(peer: string, owner: string, signal: AbortSignal): Promise<number> {
     const fetchPage: FetchPage<DmSyncAnswer['items'][number]> = async (after, acks) => {
       const page = await untilAborted(
-        this.deps.peers.call(peer, 'DmSyncBatch', { ...syncRequest(owner, after, acks), afterMessageKey: after.key }),
+        this.deps.peers.call(
+          peer,
+          'DmSyncBatch',
+          Object.assign({}, syncRequest(owner, after, acks), { afterMessageKey: after.key }),
+        ),
         signal,
       );
       return { items: page.items, next: { storedAtMs: page.nextStoredAtMs, key: page.nextMessageKey } };
@@ -659,7 +666,7 @@ export class ReplicationService {
       if (!signers.has(incoming.toLogin))
         signers.set(incoming.toLogin, await proofSigners(directory, incoming.toLogin));
       const servers = signers.get(incoming.toLogin);
-      const want = expectationFor({ ...incoming, messageKey: messageKeyOf(incoming) }, servers);
+      const want = expectationFor(Object.assign({}, incoming, { messageKey: messageKeyOf(incoming) }), servers);
       asked.push({ outgoingKey: messageKeyOf(outgoing), x: status.proof, want });
     }
     const proofs = new Map<string, DeliveryReceipt>();

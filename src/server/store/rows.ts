@@ -133,13 +133,12 @@ export function toHistoryPage(
 ): { items: HistoryItem[]; hasMore: boolean } {
   const items = rows.slice(0, limit).map((r): HistoryItem => {
     const { blob, storedAtMs: _storedAtMs, ...fields } = toStoredCopy(r);
-    const item: HistoryItem = {
-      ...fields,
+    const item: HistoryItem = Object.assign({}, fields, {
       createdAtMs: r.created_at_ms,
       readAtMs: r.read_at_ms,
       deliveryState: r.message_type === 2 ? (r.delivery_state ?? 'accepted') : null,
       blobB64: toBase64(blob),
-    };
+    });
     if (r.message_type === 2 && r.delivery_proof !== null)
       item.deliveryProof = JSON.parse(r.delivery_proof) as DeliveryReceipt;
     return item;

@@ -298,13 +298,9 @@ export class DigestFold {
   private at = 0;
 
   constructor(ranges: readonly TimeRange[]) {
-    this.buckets = ranges.map((r) => ({
-      ...r,
-      count: 0,
-      xor: new Uint8Array(DIGEST_BYTES),
-      minTimeMs: null,
-      maxTimeMs: null,
-    }));
+    this.buckets = ranges.map((r) =>
+      Object.assign({}, r, { count: 0, xor: new Uint8Array(DIGEST_BYTES), minTimeMs: null, maxTimeMs: null }),
+    );
   }
 
   add(timeMs: number, copies: number, digest: Uint8Array): void {

@@ -73,7 +73,7 @@ export async function serveWebFile(
     res.end();
     return true;
   }
-  res.writeHead(200, { ...headers, 'content-length': String(body.length) });
+  res.writeHead(200, Object.assign({}, headers, { 'content-length': String(body.length) }));
   res.end(req.method === 'HEAD' ? undefined : body);
   return true;
 }

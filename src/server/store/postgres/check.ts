@@ -134,7 +134,9 @@ export class PgCheckStore implements CheckStore {
   }
 
   async rewriteOutbox(row: OutboxRow): Promise<boolean> {
-    const values = outboxValues({ ...row, synced: false }).map((v) => (v instanceof Uint8Array ? Buffer.from(v) : v));
+    const values = outboxValues(Object.assign({}, row, { synced: false })).map((v) =>
+      v instanceof Uint8Array ? Buffer.from(v) : v,
+    );
     const params = values.map((_, i) => `$${i + 1}::${OUTBOX_PG_TYPES[i]}`).join(', ');
     const r = await this.db.query(
       `INSERT INTO dm_sync_outbox (${OUTBOX_COLUMNS}) SELECT ${params}

@@ -221,7 +221,7 @@ export class PgMessageStore implements MessageStore {
     // have committed, which the callers' retries find (docs/protocol.md decision 26), not this store's.
     else if (batch.length === 1 || (failure instanceof ShineError && failure.code === 'OVERLOADED'))
       for (const job of batch) job.reject(failure);
-    else this.pending.unshift(...batch.map((job) => ({ ...job, alone: true })));
+    else this.pending.unshift(...batch.map((job) => Object.assign({}, job, { alone: true })));
     this.flush();
   }
 

@@ -120,7 +120,7 @@ export class SqliteCheckStore extends SqliteArea implements CheckStore {
       const current = this.sql(
         `SELECT 1 FROM signed_messages m WHERE m.message_key = ? AND m.owner_login = ? AND ${CHECK_SQL.syncIdOfCopy} = ?`,
       ).get(row.primaryMessageKey, row.owner, row.syncId);
-      if (current) upsertOutbox(this.db, { ...row, synced: false });
+      if (current) upsertOutbox(this.db, Object.assign({}, row, { synced: false }));
       return current !== undefined;
     });
   }

@@ -70,7 +70,7 @@ export async function openThreadedSqliteStore(opts: SqliteStoreOptions): Promise
     await worker.terminate();
     throw err;
   }
-  return new ThreadedSqliteStore(worker, new SqliteDb({ ...opts, role: 'reader' }));
+  return new ThreadedSqliteStore(worker, new SqliteDb(Object.assign({}, opts, { role: 'reader' })));
 }
 
 /** The areas of the Store (meta, messages, …): the reading store's, each routed (see `routed`). */
