@@ -84,8 +84,24 @@ function adapt(logger: PinoLogger): Logger {
     info: (msg, fields) => logger.info(fields ?? {}, msg),
     warn: (msg, fields) => logger.warn(fields ?? {}, msg),
     error: (msg, fields) => logger.error(fields ?? {}, msg),
-    child: (bindings) => adapt(logger.child(bindings)),
+    child: (bindings) => lazyChild(logger, bindings),
   };
+}
+
+/**
+ * A child logger that pino makes only when an entry at an enabled level is written: pino builds a child's
+ * bindings through its redaction at once, about 27 µs a child, and most request loggers (one per AuthLogin,
+ * say) never write (docs/performance.md, twenty-sixth session).
+ */
+function lazyChild(parent: PinoLogger, bindings: LogFields): Logger {
+  let made: Logger | undefined;
+  const child = (): Logger => (made ??= adapt(parent.child(bindings)));
+  const at =
+    (level: 'debug' | 'info' | 'warn' | 'error') =>
+    (msg: string, fields?: LogFields): void => {
+      if (parent.isLevelEnabled(level)) child()[level](msg, fields);
+    };
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error'), child: (b) => child().child(b) };
 }
 
 function toStream(destination: LogDestination | undefined): DestinationStream {

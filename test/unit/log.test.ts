@@ -21,6 +21,21 @@ describe('logger (pino adapter)', () => {
     assert.deepEqual([e!.self, e!.requestId, e!.op, e!.sessionId, e!.n], ['alpha', 'r1', 'SendMessagePair', 's1', 2]);
   });
 
+  it("a child's child carries both bindings; a child drops entries below the level like its parent", () => {
+    const { log, entries } = capture('info');
+    const child = log.child({ requestId: 'r2', op: 'AuthLogin' });
+    child.debug('hidden');
+    child.child({ attempt: 3 }).warn('retry', { n: 1 });
+    child.info('once more');
+    assert.deepEqual(
+      entries().map((e) => [e.msg, e.requestId, e.op, e.attempt, e.self]),
+      [
+        ['retry', 'r2', 'AuthLogin', 3, 'alpha'],
+        ['once more', 'r2', 'AuthLogin', undefined, 'alpha'],
+      ],
+    );
+  });
+
   it('drops entries below the level; silent writes nothing', () => {
     const info = capture('info');
     info.log.debug('hidden');
