@@ -17,12 +17,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import WebSocket from 'ws';
-import { ShineClient, ShineClientError } from '../src/client/client.js';
-import { createIdentity, makeProfile } from '../src/client/identity.js';
-import type { Identity } from '../src/client/identity.js';
+import type { ShineClient } from '../src/client/client.js';
+import { ShineClientError } from '../src/client/client.js';
+import { createIdentity } from '../src/client/identity.js';
 import type { BuiltPair } from '../src/client/pairs.js';
 import { textPair } from '../src/client/pairs.js';
+import { connectIdentity, profileOf } from '../test/helpers/federated-processes.js';
 import { startServerProcess } from '../test/helpers/server-process.js';
 import type { ServerProcess } from '../test/helpers/server-process.js';
 import { gcBetween, gcPausesIn, scrape } from './lib/federated-load.js';
@@ -47,13 +47,6 @@ interface Phase {
   badErrors: Record<string, number>;
   serverCpuPercentOfOneCore: number;
   gcPauses: GcPauses;
-}
-
-async function connect(server: ServerProcess, who: Identity, also: Identity[] = []): Promise<ShineClient> {
-  const c = await ShineClient.connect(server.wsUrl, { WebSocket: WebSocket as never });
-  for (const id of [who, ...also]) await c.register(makeProfile(id, ['local'], 1, Date.now()));
-  await c.login(who, 'bench');
-  return c;
 }
 
 const count = (into: Record<string, number>, err: unknown): void => {
@@ -149,9 +142,14 @@ const perPhase = RATE * SECONDS;
 const alonePairs = build(0, perPhase);
 const floodedPairs = build(perPhase, perPhase);
 const honest: ShineClient[] = [];
-for (let i = 0; i < HONEST; i++) honest.push(await connect(server, senders[i]!, [recipients[i]!]));
+for (let i = 0; i < HONEST; i++) {
+  const c = await connectIdentity(server.wsUrl, senders[i]!, ['local'], 'bench');
+  await c.register(profileOf(recipients[i]!, ['local']));
+  honest.push(c);
+}
 const flooders: ShineClient[] = [];
-for (let i = 0; i < FLOODERS; i++) flooders.push(await connect(server, createIdentity(`mallory${i}`)));
+for (let i = 0; i < FLOODERS; i++)
+  flooders.push(await connectIdentity(server.wsUrl, createIdentity(`mallory${i}`), ['local'], 'bench'));
 const alone = await phase(server, honest, alonePairs, []);
 const flooded = await phase(server, honest, floodedPairs, flooders);
 await Promise.all([...honest, ...flooders].map((c) => c.close()));
