@@ -63,7 +63,9 @@ describe('user chains mirrored to partners', () => {
       ],
     );
     assert.equal(debug.resync, null);
-    assert.ok((await metric(alpha, 'shine_chain_blocks_pushed_total')) >= 2000);
+    // Every block left alpha by its own push at least once. Not twice for certain: a partner that got a block
+    // from the other one first pushes it back to alpha, whose push to it then starts after that acknowledgement.
+    assert.ok((await metric(alpha, 'shine_chain_blocks_pushed_total')) >= 1000);
     // Each block stored once: pushed by alpha or gamma, or pulled after a CHAIN_GAP from gamma's forwarding.
     assert.equal(await metric(beta, 'shine_chain_blocks_stored_total'), 1000);
   });
