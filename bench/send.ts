@@ -4,7 +4,7 @@
  * durability level (SQLite WAL + synchronous FULL, the default, and NORMAL).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
- * client, 1), BENCH_SYNC (full,normal); SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
+ * client, 1), BENCH_WARMUP (pairs per client sent first and not counted, 0), BENCH_SYNC (full,normal); SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
  */
 import { machine, sqliteWriter } from './lib/machine.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ import { UNLIMITED_RATE, runSendLoad } from './lib/send-load.js';
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 500);
 const WINDOW = Number(process.env.BENCH_WINDOW ?? 1);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 0);
 const LEVELS = (process.env.BENCH_SYNC ?? 'full,normal').split(',') as ('full' | 'normal')[];
 
 async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
@@ -31,6 +32,7 @@ async function run(sync: 'full' | 'normal'): Promise<Record<string, unknown>> {
     clients: CLIENTS,
     pairsPerClient: PAIRS,
     window: WINDOW,
+    warmupPerClient: WARMUP,
     onStart: () => {
       cpu0 = server.cpuMs();
       clientCpu0 = process.cpuUsage();
@@ -57,6 +59,7 @@ console.log(
     machine: machine(),
     clients: CLIENTS,
     window: WINDOW,
+    warmupPerClient: WARMUP,
     recipient: 'local (same server)',
     results,
   }),

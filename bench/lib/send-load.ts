@@ -15,6 +15,12 @@ export interface SendLoadOptions {
   clients: number;
   pairsPerClient: number;
   window: number;
+  /**
+   * Pairs per client sent before the clock starts and not counted (0 by default): the server's code is then
+   * compiled and its caches warm, so the figure is its steady rate rather than one that includes its first
+   * seconds (docs/performance.md, twenty-eighth session).
+   */
+  warmupPerClient?: number;
   /** Called with the clock started and stopped, e.g. to read the servers' CPU time around the run. */
   onStart?: () => void;
 }
@@ -53,13 +59,14 @@ export async function inLanes(
 
 export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult> {
   const { clients: n, pairsPerClient, window, wsUrls } = opts;
+  const warmup = opts.warmupPerClient ?? 0;
   const senders = Array.from({ length: n }, (_, i) => createIdentity(`alice${i}`));
   const recipients = Array.from({ length: n }, (_, i) => createIdentity(`bob${i}`));
   // Built before the clients connect: a client busy for longer than two heartbeats would miss the
   // server's pings and be dropped.
   const base = Date.now();
   const pairs: BuiltPair[][] = senders.map((s, i) =>
-    Array.from({ length: pairsPerClient }, (_, k) =>
+    Array.from({ length: warmup + pairsPerClient }, (_, k) =>
       textPair(
         s,
         { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
@@ -78,16 +85,16 @@ export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult
     await c.login(senders[i]!, 'bench');
     clients.push(c);
   }
+  const send = (c: ShineClient, p: BuiltPair): Promise<unknown> =>
+    c.call('SendMessagePair', { incomingBlobB64: p.incomingBlobB64, outgoingBlobB64: p.outgoingBlobB64 });
+  await inLanes(n, warmup, window, (i, k) => send(clients[i]!, pairs[i]![k]!));
   opts.onStart?.();
   const latencies: number[] = [];
   const t0 = performance.now();
   await inLanes(n, pairsPerClient, window, async (i, k) => {
-    const p = pairs[i]![k]!;
+    const p = pairs[i]![warmup + k]!;
     const s = performance.now();
-    await clients[i]!.call('SendMessagePair', {
-      incomingBlobB64: p.incomingBlobB64,
-      outgoingBlobB64: p.outgoingBlobB64,
-    });
+    await send(clients[i]!, p);
     latencies.push(performance.now() - s);
   });
   const seconds = (performance.now() - t0) / 1000;
