@@ -4,7 +4,8 @@
  * durability level (SQLite WAL + synchronous FULL, the default, and NORMAL).
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
- * client, 1), BENCH_WARMUP (pairs per client sent first and not counted, 0), BENCH_SYNC (full,normal); SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
+ * client, 1), BENCH_WARMUP (pairs per client sent first and not counted, 0), BENCH_SYNC (full,normal);
+ * SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
  */
 import { machine, sqliteWriter } from './lib/machine.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';

@@ -504,7 +504,10 @@ export async function runChaos(
   // rows, at most SETTLE_ROUNDS; a row that no round acknowledges is reported by the checker.
   for (report.settleRounds = 1; ; report.settleRounds++) {
     for (const i of servers.keys()) await cleanSync(i);
-    if (report.settleRounds === SETTLE_ROUNDS || (await unsyncedRows(servers)).every((rows) => rows.length === 0))
+    if (
+      report.settleRounds === SETTLE_ROUNDS ||
+      (await Promise.all(servers.map(unsyncedRows))).every((rows) => rows.length === 0)
+    )
       break;
     await sleep(Number(CHAOS_ENV.SHINE_S2S_TIMEOUT_MS)); // calls still in flight end within their timeout
   }
@@ -514,20 +517,14 @@ export async function runChaos(
   return report;
 }
 
-/** Each server's unsynced outbox rows, as `owner primaryMessageKey` (the checker's invariant 6). */
-async function unsyncedRows(servers: ServerProcess[]): Promise<string[][]> {
-  const rows: string[][] = [];
-  for (const s of servers)
-    rows.push(
-      (
-        await queryTestDb(
-          s.dbUrl,
-          `SELECT owner_login AS "owner", primary_message_key AS "key" FROM dm_sync_outbox WHERE NOT synced
-           ORDER BY stored_at_ms`,
-        )
-      ).map((r) => `${String(r.owner)} ${String(r.key)}`),
-    );
-  return rows;
+/** A server's unsynced outbox rows, as `owner primaryMessageKey` (the checker's invariant 6). */
+async function unsyncedRows(server: ServerProcess): Promise<string[]> {
+  const rows = await queryTestDb(
+    server.dbUrl,
+    `SELECT owner_login AS "owner", primary_message_key AS "key" FROM dm_sync_outbox WHERE NOT synced
+     ORDER BY stored_at_ms`,
+  );
+  return rows.map((r) => `${String(r.owner)} ${String(r.key)}`);
 }
 
 interface CopyRow {
@@ -579,7 +576,7 @@ async function checkInvariants(servers: ServerProcess[], records: SentRecord[], 
       s.dbUrl,
       `SELECT owner_login AS "owner", kind, target FROM dm_tombstones`,
     )) as unknown as TombstoneRow[];
-    const unsynced = (await unsyncedRows([s]))[0]!;
+    const unsynced = await unsyncedRows(s);
     if (unsynced.length > 0)
       v.push(
         `${SERVERS[i]}: ${unsynced.length} outbox row(s) not synced after ${report.settleRounds} round(s) of cycles` +
