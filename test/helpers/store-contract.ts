@@ -855,6 +855,14 @@ export function storeContract(factory: StoreFactory): void {
       ]);
       assert.deepEqual(finished, [true, true, false, true]);
       const rows = await Promise.all([1, 2, 3].map((i) => store.delivery.getDelivery(keyOf(i))));
+      // The same rows in one read, in the order asked (a key twice, one without a row).
+      assert.deepEqual(await store.delivery.getDeliveries([keyOf(3), 'alice|nobody|1|1|2', keyOf(1), keyOf(3)]), [
+        rows[2],
+        null,
+        rows[0],
+        rows[2],
+      ]);
+      assert.deepEqual(await store.delivery.getDeliveries([]), []);
       assert.deepEqual(
         rows.map((r) => r && [r.state, r.attempt, r.nextAttemptAtMs, r.leaseUntilMs, r.lastError]),
         [

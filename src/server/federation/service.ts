@@ -198,16 +198,18 @@ export class FederationService {
     session: Session,
   ): Promise<OpAnswer<'GetDmDeliveryStatus'>> {
     this.sourceOf(session, p.sourceServerLogin);
-    const one = async (messageKey: string): Promise<DeliveryStatusItem> => {
-      // An incoming key is answered for its pair's outgoing key.
-      const outgoingKey = outgoingKeyOf(messageKey);
-      if (!outgoingKey) return { messageKey, known: false, delivered: false };
-      const row = await this.deps.store.delivery.getDelivery(outgoingKey);
+    const messageKeys = p.messageKeys ?? (p.messageKey ? [p.messageKey] : null);
+    if (messageKeys === null) throw new ShineError('EMPTY_MESSAGE_KEY', 'messageKey or messageKeys is required');
+    // An incoming key is answered for its pair's outgoing key; a batch is read in one statement.
+    const outgoingKeys = messageKeys.map((k) => outgoingKeyOf(k));
+    const rows = await this.deps.store.delivery.getDeliveries(outgoingKeys.filter((k) => k !== null));
+    let next = 0;
+    const items = messageKeys.map((messageKey, i): DeliveryStatusItem => {
+      if (outgoingKeys[i] === null) return { messageKey, known: false, delivered: false };
+      const row = rows[next++] ?? null;
       const delivered = row?.state === 'delivered';
       return { messageKey, known: row !== null, delivered, ...(delivered && row.proof ? { proof: row.proof } : {}) };
-    };
-    if (p.messageKeys !== undefined) return { items: await Promise.all(p.messageKeys.map(one)) };
-    if (!p.messageKey) throw new ShineError('EMPTY_MESSAGE_KEY', 'messageKey or messageKeys is required');
-    return one(p.messageKey);
+    });
+    return p.messageKeys !== undefined ? { items } : items[0]!;
   }
 }

@@ -249,6 +249,8 @@ export interface MessageStore {
 /** Delivery rows (docs/protocol.md §6). Every write is a compare-and-set on row_version or state. */
 export interface DeliveryStore {
   getDelivery(outgoingKey: string): Promise<DeliveryRow | null>;
+  /** The rows of outgoingKeys in their order (null where there is none), read by one statement. */
+  getDeliveries(outgoingKeys: readonly string[]): Promise<(DeliveryRow | null)[]>;
   /** Rows due at nowMs (state accepted, not leased), oldest first, through the partial index. */
   dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]>;
   /**

@@ -74,6 +74,12 @@ export class PgDeliveryStore implements DeliveryStore {
     return this.rows.call(outgoingKey);
   }
 
+  getDeliveries(outgoingKeys: readonly string[]): Promise<(DeliveryRow | null)[]> {
+    return outgoingKeys.length === 0
+      ? Promise.resolve([])
+      : rowsByKey(this.db, 'dm_delivery_state', outgoingKeys, toDeliveryRow);
+  }
+
   async dueDeliveries(nowMs: number, limit: number): Promise<DeliveryRow[]> {
     // The partial index dm_delivery_state_due serves this (state = 'accepted', by next_attempt_at_ms).
     const r = await this.db.query<DeliveryDbRow>(
