@@ -187,11 +187,18 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
   }
 
   async dmRows(owner: string, primaryKeys: readonly string[]): Promise<DmSyncRow[]> {
+    if (primaryKeys.length === 0) return [];
+    // One statement for the whole DmFetch, each key a seek in the digest index (a statement a key began a
+    // read of the WAL each, as GetDmDeliveryStatus's did: docs/performance.md).
+    const rows = this.sql(
+      `SELECT o.primary_message_key, o.sync_id, o.stored_at_ms, o.blobs FROM json_each(?) AS k
+       CROSS JOIN dm_sync_outbox AS o INDEXED BY dm_sync_outbox_digest
+       WHERE o.owner_login = ? AND o.time_ms = k.value ->> 0 AND o.primary_message_key = k.value ->> 1`,
+    ).all(JSON.stringify(primaryKeys.map((key) => outboxRowKey(owner, key).slice(1))), owner) as OutboxDbRow[];
+    const byKey = new Map(rows.map((r) => [r.primary_message_key, r]));
     const out: DmSyncRow[] = [];
     for (const key of primaryKeys) {
-      const r = this.sql(
-        `SELECT primary_message_key, sync_id, stored_at_ms, blobs FROM dm_sync_outbox AS o WHERE ${OUTBOX_ROW}`,
-      ).get(...outboxRowKey(owner, key)) as OutboxDbRow | undefined;
+      const r = byKey.get(key);
       if (r) out.push(toDmSyncRow(r));
     }
     return out;
