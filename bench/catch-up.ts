@@ -19,6 +19,7 @@
  */
 import { machine, postgresDurability } from './lib/machine.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
+import { seedPairs } from './lib/seed-pairs.js';
 import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -26,9 +27,6 @@ import { join } from 'node:path';
 import { toBase64 } from '../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../src/protocol/ed25519.js';
 import { signProfile } from '../src/protocol/identity.js';
-import { messageKeyOf } from '../src/protocol/container.js';
-import { receiptFor } from '../src/server/delivery/receipts.js';
-import { keyFromSeed } from '../src/server/keys.js';
 import { openPostgresStore } from '../src/server/store/postgres/store.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { Store } from '../src/server/store/types.js';
@@ -102,34 +100,14 @@ const buildStarted = performance.now();
   const store = openBenchStore(sourceDb!.url);
   await store.migrate();
   await store.directory.putUser(profile, 'local', Date.now());
-  const base = Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000);
-  const outbox = { owners: new Map([[OWNER, false]]) };
-  const sourceKey = keyFromSeed(seedFor(SOURCE));
-  const sign = (text: string): string => sourceKey.sign(text);
-  // Writes issued together share commits (group commit); a bounded window keeps the queue small.
-  const WINDOW = 4096;
-  for (let start = 0; start < EVENTS; start += WINDOW) {
-    const writes = [];
-    for (let i = start; i < Math.min(EVENTS, start + WINDOW); i++) {
-      const t = base + i;
-      const { incoming, outgoing } = pairOf(
-        { from: OWNER, to: 'bob', timeMs: t, nonce: i },
-        { kind: 'text', bodyBytes: 96 },
-      );
-      // As the source's SendMessagePair does for a recipient of its own: delivered, its own receipt the proof.
-      const delivery = PROOFS
-        ? {
-            state: 'delivered' as const,
-            attempt: 1,
-            acceptedAtMs: t,
-            nextAttemptAtMs: null,
-            proof: receiptFor(SOURCE, sign, { ...incoming, messageKey: messageKeyOf(incoming), storedAtMs: t }),
-          }
-        : { state: 'failed' as const, attempt: 6, acceptedAtMs: t, nextAttemptAtMs: null };
-      writes.push(store.messages.storePair({ incoming, outgoing, nowMs: t, outbox, delivery }));
-    }
-    await Promise.all(writes);
-  }
+  await seedPairs(store, {
+    owner: OWNER,
+    to: 'bob',
+    serverLogin: SOURCE,
+    count: EVENTS,
+    baseMs: Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000),
+    proofs: PROOFS,
+  });
   await store.close();
 }
 // A source whose history grew over weeks has had its tables analyzed by autovacuum; one written a second ago
