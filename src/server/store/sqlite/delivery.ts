@@ -56,8 +56,8 @@ export class SqliteDeliveryStore extends SqliteArea implements DeliveryStore {
 
   async getDeliveries(outgoingKeys: readonly string[]): Promise<(DeliveryRow | null)[]> {
     if (outgoingKeys.length === 0) return [];
-    // One statement, one read transaction: a statement of its own per key began a read of the WAL each, which
-    // cost a replication page's GetDmDeliveryStatus four times the lookups themselves (docs/performance.md).
+    // One statement, so one read of the WAL: a statement a key began and ended a read each, and a replication
+    // page's GetDmDeliveryStatus cost about 2.5 times as much (bench/sqlite-reads.ts, docs/performance.md).
     const rows = this.sql('SELECT * FROM dm_delivery_state WHERE outgoing_key IN (SELECT value FROM json_each(?))').all(
       JSON.stringify(outgoingKeys),
     ) as DeliveryDbRow[];
