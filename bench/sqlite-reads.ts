@@ -14,6 +14,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { machine } from './lib/machine.js';
+import { median } from './lib/percentile.js';
 import { seedPairs } from './lib/seed-pairs.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 
@@ -89,8 +90,9 @@ try {
       (samples[name] ??= []).push(us);
     }
   }
-  const median = (xs: number[]): number => Number(xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!.toFixed(2));
-  const usPerKey = Object.fromEntries(Object.entries(samples).map(([name, xs]) => [name, median(xs)]));
+  const usPerKey = Object.fromEntries(
+    Object.entries(samples).map(([name, xs]) => [name, Number(median(xs).toFixed(2))]),
+  );
   await store.close();
   console.log(
     JSON.stringify({

@@ -200,13 +200,11 @@ export class FederationService {
     this.sourceOf(session, p.sourceServerLogin);
     const messageKeys = p.messageKeys ?? (p.messageKey ? [p.messageKey] : null);
     if (messageKeys === null) throw new ShineError('EMPTY_MESSAGE_KEY', 'messageKey or messageKeys is required');
-    // An incoming key is answered for its pair's outgoing key; a batch is read in one statement.
-    const outgoingKeys = messageKeys.map((k) => outgoingKeyOf(k));
-    const rows = await this.deps.store.delivery.getDeliveries(outgoingKeys.filter((k) => k !== null));
-    let next = 0;
+    // An incoming key is answered for its pair's outgoing key (a malformed one for none: '' has no row); a batch
+    // is read in one statement.
+    const rows = await this.deps.store.delivery.getDeliveries(messageKeys.map((k) => outgoingKeyOf(k) ?? ''));
     const items = messageKeys.map((messageKey, i): DeliveryStatusItem => {
-      if (outgoingKeys[i] === null) return { messageKey, known: false, delivered: false };
-      const row = rows[next++] ?? null;
+      const row = rows[i] ?? null;
       const delivered = row?.state === 'delivered';
       return { messageKey, known: row !== null, delivered, ...(delivered && row.proof ? { proof: row.proof } : {}) };
     });
