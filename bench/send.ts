@@ -5,7 +5,7 @@
  *
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 500), BENCH_WINDOW (requests in flight per
  * client, 1), BENCH_WARMUP (pairs per client sent first and not counted, 0), BENCH_SYNC (full,normal);
- * SHINE_SQLITE_WRITER (thread, inline) is passed to the server.
+ * SHINE_SQLITE_WRITER (inline, thread, auto) is passed to the server.
  */
 import { machine, sqliteWriter } from './lib/machine.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';

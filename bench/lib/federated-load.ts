@@ -23,6 +23,7 @@ import { connectIdentity, startFederatedProcesses } from '../../test/helpers/fed
 import type { ServerProcess } from '../../test/helpers/server-process.js';
 import { freshTestDb } from '../../test/helpers/test-db.js';
 import { postgresDurability, sqliteWriter } from './machine.js';
+import type { SqliteWriter } from '../../src/server/store/sqlite/threaded.js';
 import type { BackendCpuMeter } from './pg-cpu.js';
 import { backendCpuMeter } from './pg-cpu.js';
 import { ascending, pct } from './percentile.js';
@@ -50,7 +51,7 @@ export interface FederatedSendResult {
   durability: string;
   db: 'sqlite' | 'postgres';
   /** SHINE_SQLITE_WRITER of both servers (SQLite only). */
-  sqliteWriter: 'thread' | 'inline' | null;
+  sqliteWriter: SqliteWriter | null;
   throughput: {
     pairs: number;
     clients: number;

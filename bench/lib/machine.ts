@@ -2,6 +2,7 @@
 import os from 'node:os';
 import pg from 'pg';
 import { resolveConfig } from '../../src/server/config/config.js';
+import type { SqliteWriter } from '../../src/server/store/sqlite/threaded.js';
 
 export function machine(): { cpu: string; cores: number; node: string; platform: string } {
   const cpus = os.cpus();
@@ -14,7 +15,7 @@ export function machine(): { cpu: string; cores: number; node: string; platform:
 }
 
 /** Where the bench's SQLite servers run their writes: SHINE_SQLITE_WRITER, else this machine's default. */
-export function sqliteWriter(): 'thread' | 'inline' {
+export function sqliteWriter(): SqliteWriter {
   return resolveConfig({ sqliteWriter: process.env.SHINE_SQLITE_WRITER || undefined }).sqliteWriter;
 }
 

@@ -34,6 +34,7 @@ describe('resolveConfig', () => {
     assert.equal(c.sqliteWriter, 'inline');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'inline' })).sqliteWriter, 'inline');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'thread' })).sqliteWriter, 'thread');
+    assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'auto' })).sqliteWriter, 'auto');
     assert.equal(c.logLevel, 'info');
     assert.deepEqual(c.rateLimit, { perSecond: 200, burst: 400 });
     assert.equal(c.authChallengeTtlMs, 60_000);

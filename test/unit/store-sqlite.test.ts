@@ -12,9 +12,11 @@ import type { SqliteStore } from '../../src/server/store/sqlite/store.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
 import { toBase64 } from '../../src/protocol/bytes.js';
 import type { DeliveryReceipt } from '../../src/protocol/receipt.js';
+import type { SqliteDb } from '../../src/server/store/sqlite/db.js';
 import { SQLITE_MIGRATIONS } from '../../src/server/store/sqlite/migrations.js';
 import { openSqliteStore } from '../../src/server/store/sqlite/store.js';
-import type { ThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
+import type { SqliteStoreOptions } from '../../src/server/store/sqlite/store.js';
+import type { AutoTuning, ThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
 import { openThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
 import { testPair } from '../helpers/containers.js';
 import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
@@ -44,13 +46,26 @@ storeContract({
   query: (store, sql, params) => queryTestDb(`sqlite:${(store as SqliteStore).db.conn.name}`, sql, params),
 });
 
-/** A fresh store whose writes run on a thread of their own (SHINE_SQLITE_WRITER=thread). */
-async function freshThreaded(opts: { path?: string; maxQueuedWrites?: number } = {}): Promise<ThreadedSqliteStore> {
-  const store = (await openThreadedSqliteStore({
-    path: opts.path ?? join(dir, `db${opened.length}.sqlite`),
-    sync: 'full',
-    ...(opts.maxQueuedWrites === undefined ? {} : { maxQueuedWrites: opts.maxQueuedWrites }),
-  })) as ThreadedSqliteStore;
+/** A fresh store whose writes run on a thread of their own (SHINE_SQLITE_WRITER=thread), or by load (auto). */
+async function freshThreaded(
+  opts: {
+    path?: string;
+    maxQueuedWrites?: number;
+    writer?: 'thread' | 'auto';
+    tuning?: AutoTuning;
+    checkpointTuning?: SqliteStoreOptions['checkpointTuning'];
+  } = {},
+): Promise<ThreadedSqliteStore> {
+  const store = (await openThreadedSqliteStore(
+    {
+      path: opts.path ?? join(dir, `db${opened.length}.sqlite`),
+      sync: 'full',
+      ...(opts.maxQueuedWrites === undefined ? {} : { maxQueuedWrites: opts.maxQueuedWrites }),
+      ...(opts.checkpointTuning ? { checkpointTuning: opts.checkpointTuning } : {}),
+    },
+    opts.writer,
+    opts.tuning,
+  )) as ThreadedSqliteStore;
   opened.push(store);
   await store.migrate();
   return store;
@@ -60,6 +75,13 @@ storeContract({
   dialect: 'sqlite',
   name: 'sqlite, writer thread',
   open: () => freshThreaded(),
+  query: (store, sql, params) => queryTestDb(`sqlite:${(store as ThreadedSqliteStore).path}`, sql, params),
+});
+
+storeContract({
+  dialect: 'sqlite',
+  name: 'sqlite, writer by load (auto)',
+  open: () => freshThreaded({ writer: 'auto' }),
   query: (store, sql, params) => queryTestDb(`sqlite:${(store as ThreadedSqliteStore).path}`, sql, params),
 });
 
@@ -115,6 +137,93 @@ describe('SQLite: the writer thread', () => {
     await assert.rejects(store.meta.setMeta('lost', 'no'), { code: 'INTERNAL', status: 500 });
     await assert.rejects(store.ping(), { code: 'INTERNAL' });
     assert.equal(await store.meta.getMeta('kept'), 'yes');
+  });
+});
+
+describe('SQLite: the writer by load (auto)', () => {
+  /** An auto store that moves writes to the thread as soon as two commits in a row held 8 writes or more. */
+  const eager = (extra: Parameters<typeof freshThreaded>[0] = {}) =>
+    freshThreaded({ writer: 'auto', tuning: { idleCores: 0, idleWindowMs: 0 }, ...extra });
+  /** Pairs stored `perTurn` to a turn of the event loop, as a loaded server receives them; waits for all. */
+  async function burst(store: ThreadedSqliteStore, from: number, turns: number, perTurn: number): Promise<void> {
+    const writes: Promise<unknown>[] = [];
+    for (let t = 0; t < turns; t++) {
+      for (let k = 0; k < perTurn; k++) {
+        const i = from + t * perTurn + k;
+        writes.push(putPair(store, { from: 'ola', to: `peer${i % 5}`, timeMs: T0 + i, nonce: i }));
+      }
+      await new Promise(setImmediate);
+    }
+    await Promise.all(writes);
+  }
+  const count = (store: ThreadedSqliteStore) =>
+    queryTestDb(`sqlite:${store.path}`, 'SELECT COUNT(*) AS n FROM signed_messages', []).then((rows) =>
+      Number((rows[0] as { n: number }).n),
+    );
+
+  it('a light load commits on the event loop and never starts a write on the thread', async () => {
+    const store = await freshThreaded({ writer: 'auto', tuning: { idleCores: 0, idleWindowMs: 0 } });
+    for (let i = 0; i < 30; i++) await putPair(store, { from: 'pia', to: 'quinn', timeMs: T0 + i, nonce: i });
+    await burst(store, 100, 10, 3); // three writes a turn: under the threshold
+    const { eventLoop, thread } = store.sides();
+    assert.equal(thread.writes, 0);
+    assert.ok(eventLoop.writes >= 60, JSON.stringify(store.sides()));
+  });
+
+  it('a heavy load moves the writes to the thread, and they come back once it is light again', async () => {
+    const store = await eager();
+    await burst(store, 0, 30, 20);
+    const loaded = store.sides();
+    assert.ok(loaded.thread.writes > 0, JSON.stringify(loaded));
+    assert.ok(loaded.thread.writes / loaded.thread.commits >= 4, JSON.stringify(loaded));
+    // The thread's last commits were large, so the next write may still go there; it commits alone, and
+    // the writes after it commit on the event loop.
+    await putPair(store, { from: 'ola', to: 'rex', timeMs: T0 + 5000, nonce: 0 });
+    const light = store.sides();
+    for (let i = 1; i < 10; i++) await putPair(store, { from: 'ola', to: 'rex', timeMs: T0 + 5000 + i, nonce: i });
+    const after = store.sides();
+    assert.equal(after.thread.writes, light.thread.writes, JSON.stringify({ light, after }));
+    assert.equal(after.eventLoop.writes - light.eventLoop.writes, 9);
+    assert.equal(await count(store), 2 * 610);
+  });
+
+  it("keeps the machine's idle cores in mind: with none to spare, a heavy load stays on the event loop", async () => {
+    const store = await freshThreaded({ writer: 'auto', tuning: { idleCores: 3, idleWindowMs: 0 } }); // more than 2
+    await burst(store, 0, 20, 20);
+    assert.equal(store.sides().thread.writes, 0);
+  });
+
+  it("answers every write while a checkpoint's final pass holds both writers, and starts the WAL over", async () => {
+    const store = await eager({ checkpointTuning: { intervalMs: 5, restartBytes: 1 } });
+    await burst(store, 0, 40, 20);
+    await burst(store, 800, 20, 2);
+    assert.ok(store.sides().thread.writes > 0);
+    assert.equal(await count(store), 2 * 840);
+    const ck = (store as unknown as { reader: SqliteDb }).reader.checkpointer!;
+    await ck.idle();
+    assert.ok(ck.stats.restarts > 0 && ck.stats.complete > 0, JSON.stringify(ck.stats));
+  });
+
+  it('once the thread is gone, writes go on at the event loop and ping answers', async () => {
+    const store = await eager();
+    await burst(store, 0, 10, 20);
+    assert.ok(store.sides().thread.writes > 0);
+    await store.kill();
+    await burst(store, 200, 10, 20);
+    await store.ping();
+    assert.equal(await count(store), 2 * 400);
+  });
+
+  it('close commits what is queued on both sides; another store opened on the file reads it', async () => {
+    const path = join(dir, 'auto-close.sqlite');
+    const first = await eager({ path });
+    await burst(first, 0, 5, 20);
+    const queued = Array.from({ length: 40 }, (_, i) => first.meta.setMeta(`q${i}`, String(i)));
+    await first.close();
+    assert.equal((await Promise.all(queued)).length, 40);
+    const second = await freshThreaded({ path, writer: 'auto' });
+    assert.equal(await second.meta.getMeta('q39'), '39');
+    assert.equal(await count(second), 200);
   });
 });
 

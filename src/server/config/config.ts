@@ -8,6 +8,7 @@ import { fromBase64 } from '../../protocol/bytes.js';
 import { isValidLogin } from '../../protocol/login.js';
 import type { LogLevel } from '../log.js';
 import { LOG_LEVELS } from '../log.js';
+import type { SqliteWriter } from '../store/sqlite/threaded.js';
 
 export type DbConfig = { kind: 'sqlite'; path: string } | { kind: 'postgres'; url: string };
 
@@ -52,8 +53,8 @@ export interface Config {
   /** A replication cycle with a peer that shows life again after failures starts this soon (docs/protocol.md §7). */
   syncOnReturnMs: number;
   sqliteSync: 'full' | 'normal';
-  /** Where SQLite's writes and commits run: a thread of their own beside the event loop, or on it. */
-  sqliteWriter: 'thread' | 'inline';
+  /** Where SQLite's writes and commits run: on the event loop, on a thread of their own, or on either by load. */
+  sqliteWriter: SqliteWriter;
   logLevel: LogLevel;
   rateLimit: RateLimitConfig;
   /** Requests of one login across all its sessions (docs/protocol.md §5); default twice rateLimit. */
@@ -329,7 +330,7 @@ export function resolveConfig(input: ConfigInput = {}): Config {
     syncIntervalMs: int('syncIntervalMs', input.syncIntervalMs ?? d.syncIntervalMs, 1),
     syncOnReturnMs: int('syncOnReturnMs', input.syncOnReturnMs ?? d.syncOnReturnMs, 0),
     sqliteSync: oneOf('sqliteSync', input.sqliteSync ?? d.sqliteSync, ['full', 'normal'] as const),
-    sqliteWriter: oneOf('sqliteWriter', input.sqliteWriter ?? d.sqliteWriter, ['thread', 'inline'] as const),
+    sqliteWriter: oneOf('sqliteWriter', input.sqliteWriter ?? d.sqliteWriter, ['thread', 'inline', 'auto'] as const),
     logLevel: oneOf('logLevel', input.logLevel ?? d.logLevel, LOG_LEVELS),
     rateLimit,
     // A user's two devices may each use their connection's whole limit.

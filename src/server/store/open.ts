@@ -13,5 +13,6 @@ export async function openStore(
   if (config.db.kind === 'postgres') return openPostgresStore({ url: config.db.url, poolSize: config.dbPoolSize });
   await mkdir(dirname(config.db.path), { recursive: true });
   const opts = { path: config.db.path, sync: config.sqliteSync };
-  return config.sqliteWriter === 'thread' ? openThreadedSqliteStore(opts) : openSqliteStore(opts);
+  const writer = config.sqliteWriter ?? 'inline';
+  return writer === 'inline' ? openSqliteStore(opts) : openThreadedSqliteStore(opts, writer);
 }

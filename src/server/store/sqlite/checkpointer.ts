@@ -83,8 +83,11 @@ export interface CheckpointerOptions {
   maxWalBytes: number;
   /** Runs one checkpoint on the writer's connection (the WAL is past maxWalBytes). */
   inline: () => void;
-  /** Holds the writer's commits back (they queue), and lets them go again. */
-  hold: (held: boolean) => void;
+  /**
+   * Holds the writer's commits back (they queue), and lets them go again; a promise, when holding, that
+   * resolves once commits already on their way are done (a second writer's: ./threaded.ts, `auto`).
+   */
+  hold: (held: boolean) => Promise<void> | void;
   /** The thread is gone: the writer goes back to SQLite's own checkpoints on commit. */
   onFailure: () => void;
 }
@@ -184,10 +187,13 @@ export class Checkpointer {
         this.walBytes() >= this.opts.restartBytes &&
         performance.now() >= this.noHoldUntil
       ) {
-        this.setHold(true);
-        this.holdTimer = setTimeout(() => this.setHold(false), MAX_HOLD_MS);
+        const { worker } = this.thread!;
+        const held = this.opts.hold(true);
+        this.holdTimer = setTimeout(() => this.release(), MAX_HOLD_MS);
         this.holdTimer.unref();
-        this.thread!.worker.postMessage('final' satisfies Step);
+        const final = () => worker.postMessage('final' satisfies Step);
+        if (held) void held.then(final);
+        else final();
         return;
       }
     } else {
@@ -199,19 +205,20 @@ export class Checkpointer {
       else this.noHoldUntil = performance.now() + NO_HOLD_AFTER_INCOMPLETE_MS;
     }
     if (r.error === undefined) this.stats.checkpoints++;
-    this.setHold(false);
+    this.release();
     this.running = false;
     this.thread!.busy.end();
     this.schedule();
     if (!this.running && !this.dirty) for (const w of this.idleWaiters.splice(0)) w();
   }
 
-  private setHold(held: boolean): void {
-    if (!held && this.holdTimer) {
+  /** Lets the writer's commits go (a hold's end). */
+  private release(): void {
+    if (this.holdTimer) {
       clearTimeout(this.holdTimer);
       this.holdTimer = null;
     }
-    this.opts.hold(held);
+    void this.opts.hold(false);
   }
 
   private breakDown(): void {
@@ -221,7 +228,7 @@ export class Checkpointer {
     this.dirty = false;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    this.setHold(false);
+    this.release();
     this.opts.onFailure();
     for (const w of this.idleWaiters.splice(0)) w();
   }
@@ -240,7 +247,7 @@ export class Checkpointer {
       worker.postMessage('close');
       await exited;
     }
-    this.setHold(false);
+    this.release();
     for (const w of this.idleWaiters.splice(0)) w();
   }
 

@@ -56,9 +56,11 @@ export interface SqliteDbOptions {
   pageSize?: number;
   /**
    * Where WAL checkpoints run: 'thread' (default) on a worker thread with its own connection, off the
-   * event loop; 'commit' inside the writer's COMMIT once the WAL holds 4 MiB, as SQLite does by default.
+   * event loop; 'commit' inside the writer's COMMIT once the WAL holds 4 MiB, as SQLite does by default;
+   * 'elsewhere' never on this connection: another one runs them (a writer thread beside an event loop that
+   * writes too, ./threaded.ts's `auto`).
    */
-  checkpoints?: 'thread' | 'commit';
+  checkpoints?: 'thread' | 'commit' | 'elsewhere';
   /** The checkpoint thread's timing and WAL sizes (tests make them small); defaults below. */
   checkpointTuning?: { intervalMs?: number; restartBytes?: number; maxWalBytes?: number };
   /**
@@ -70,6 +72,25 @@ export interface SqliteDbOptions {
 
 /** Thrown by a reader's `write`: the call belongs on the writer's connection. */
 export const WRITES_ELSEWHERE = Symbol('writes elsewhere');
+
+/**
+ * Decides, for a writer connection that shares the file with a writer thread (./threaded.ts, `auto`), where
+ * each write runs, and when this connection may commit: never while the thread has writes in flight, so the
+ * two never wait for each other's lock.
+ */
+export interface WriteRouter {
+  /** Whether a write asked for now runs on this connection (else `write` throws WRITES_ELSEWHERE). */
+  here(queued: number): boolean;
+  /** Whether this connection may commit now. */
+  mayCommit(): boolean;
+  /** After each commit here, with the writes it held. */
+  committed(jobs: number): void;
+  /**
+   * The checkpoint thread holds this connection's commits back (true) for its final pass, or lets them go;
+   * the router holds the other writer's too, and resolves once that one has no commit left in flight.
+   */
+  hold(held: boolean): Promise<void> | void;
+}
 
 export class SqliteDb {
   readonly conn: Database.Database;
@@ -87,6 +108,10 @@ export class SqliteDb {
   readonly checkpointer: Checkpointer | null = null;
 
   private readonly reader: boolean;
+  /** Set by a store that also writes on a thread (./threaded.ts, `auto`). */
+  router: WriteRouter | null = null;
+  /** Called if the checkpoint thread dies, after this connection went back to checkpoints on commit. */
+  onCheckpointFailure: (() => void) | null = null;
 
   constructor(opts: SqliteDbOptions) {
     this.conn = new Database(opts.path);
@@ -109,7 +134,12 @@ export class SqliteDb {
     const pageSize = this.conn.pragma('page_size', { simple: true }) as number;
     const autocheckpoint = `wal_autocheckpoint = ${Math.round(WAL_CHECKPOINT_BYTES / pageSize)}`;
     this.conn.pragma(autocheckpoint);
-    if (wal && (opts.checkpoints ?? 'thread') === 'thread') {
+    const checkpoints = opts.checkpoints ?? 'thread';
+    if (wal && checkpoints === 'elsewhere') {
+      this.conn.pragma('wal_autocheckpoint = 0');
+      this.conn.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
+    }
+    if (wal && checkpoints === 'thread') {
       // A commit that checkpoints copies the WAL's pages into the file and fsyncs it, 20–50 ms at 4 MiB of
       // WAL, all on the event loop; on the thread the event loop only commits (docs/performance.md).
       this.conn.pragma('wal_autocheckpoint = 0');
@@ -123,13 +153,12 @@ export class SqliteDb {
         inline: () => this.conn.pragma('wal_checkpoint(PASSIVE)'),
         hold: (held) => {
           this.held = held;
-          if (!held && this.queue.length > 0 && !this.scheduled) {
-            this.scheduled = true;
-            setImmediate(() => this.flush());
-          }
+          if (!held) this.resume();
+          return this.router?.hold(held);
         },
         onFailure: () => {
           if (this.conn.open) this.conn.pragma(autocheckpoint);
+          this.onCheckpointFailure?.();
         },
       });
     }
@@ -166,7 +195,7 @@ export class SqliteDb {
    * savepoint: if it throws, only its own changes are rolled back and only its caller sees the error.
    */
   write<T>(fn: () => T): Promise<T> {
-    if (this.reader) throw WRITES_ELSEWHERE;
+    if (this.reader || (this.router && !this.router.here(this.queue.length))) throw WRITES_ELSEWHERE;
     if (this.closed) return Promise.reject(new ShineError('INTERNAL', 'database closed'));
     if (this.queue.length >= this.maxQueued) return Promise.reject(new ShineError('OVERLOADED', 'write queue full'));
     return new Promise<T>((resolve, reject) => {
@@ -178,9 +207,17 @@ export class SqliteDb {
     });
   }
 
+  /** Commits what is queued, in a later turn, once nothing holds it back (see `hold` and `router`). */
+  resume(): void {
+    if (this.queue.length > 0 && !this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
   private flush(): void {
     this.scheduled = false;
-    if (this.held) return;
+    if (this.held || (this.router && !this.router.mayCommit())) return;
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
       const results: { ok: boolean; value: unknown }[] = [];
@@ -208,6 +245,7 @@ export class SqliteDb {
       }
       this.stats.commits++;
       this.stats.jobs += batch.length;
+      this.router?.committed(batch.length);
       batch.forEach((job, i) => {
         const r = results[i]!;
         if (r.ok) job.resolve(r.value);

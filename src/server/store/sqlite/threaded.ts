@@ -7,6 +7,7 @@
  */
 import { once } from 'node:events';
 import { mkdirSync, rmSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -14,6 +15,7 @@ import type { ErrorCode, ErrorDetails } from '../../../protocol/errors.js';
 import { ShineError } from '../../../protocol/errors.js';
 import { BusyRef, bundleForNode, perTurn } from '../../worker-thread.js';
 import type { Store } from '../types.js';
+import type { WriteRouter } from './db.js';
 import { SqliteArea, SqliteDb, WRITES_ELSEWHERE } from './db.js';
 import type { SqliteStoreOptions } from './store.js';
 import { SqliteStore } from './store.js';
@@ -61,16 +63,81 @@ async function bundleForDevelopment(): Promise<string> {
   return outfile;
 }
 
-/** Starts the writer thread on the file, then opens the reading connection beside it. */
-export async function openThreadedSqliteStore(opts: SqliteStoreOptions): Promise<Store> {
-  const worker = await startThread({ options: opts });
+/** Where a SQLite store writes (SHINE_SQLITE_WRITER): on the event loop, on a thread, or on either by load. */
+export type SqliteWriter = 'inline' | 'thread' | 'auto';
+
+/**
+ * Inline writes a group commit holds from which, in `auto`, the writes that follow go to the thread; they come
+ * back to the event loop once the thread has none in flight (docs/performance.md, thirtieth session).
+ */
+export const AUTO_THREAD_FROM_JOBS = 8;
+/** Cores the machine must leave idle under the load for `auto` to move writes to the thread. */
+export const AUTO_THREAD_IDLE_CORES = 0.5;
+
+/**
+ * The cores the machine leaves idle while the event loop's commits run large (`auto`): measured from the first
+ * large commit of a run of them, over at least IDLE_WINDOW_MS, so a reading covers only a loaded time.
+ */
+class IdleCores {
+  private since: { at: number; idleMs: number } | null = null;
+
+  constructor(private readonly windowMs: number) {}
+
+  private static idleMs(): number {
+    return cpus().reduce((sum, c) => sum + c.times.idle, 0);
+  }
+
+  /** After a large commit: the idle cores over the window that just closed, or null while it is open. */
+  loaded(): number | null {
+    const at = performance.now();
+    if (!this.since) {
+      this.since = { at, idleMs: IdleCores.idleMs() };
+      return null;
+    }
+    if (at - this.since.at < this.windowMs) return null;
+    const idleMs = IdleCores.idleMs();
+    const cores = (idleMs - this.since.idleMs) / (at - this.since.at);
+    this.since = { at, idleMs };
+    return cores;
+  }
+
+  /** The load is over (a small commit, or writes back from the thread): the next window starts afresh. */
+  reset(): void {
+    this.since = null;
+  }
+}
+
+/** The shortest time over which `auto` reads the machine's idle cores. */
+const IDLE_WINDOW_MS = 200;
+
+/**
+ * Starts the writer thread on the file, then opens the event loop's connection beside it: with `thread` a
+ * connection that only reads; with `auto` one that also writes while the load is light, and runs the
+ * checkpoints for both.
+ */
+export async function openThreadedSqliteStore(
+  opts: SqliteStoreOptions,
+  writer: Exclude<SqliteWriter, 'inline'> = 'thread',
+  tuning: AutoTuning = {},
+): Promise<Store> {
+  const auto = writer === 'auto';
+  const threadOpts =
+    auto && opts.checkpoints !== 'commit' ? Object.assign({}, opts, { checkpoints: 'elsewhere' }) : opts;
+  const worker = await startThread({ options: threadOpts });
   try {
     await once(worker, 'message'); // 'ready': the file is open, in WAL mode (rejects if the thread fails first)
   } catch (err) {
     await worker.terminate();
     throw err;
   }
-  return new ThreadedSqliteStore(worker, new SqliteDb(Object.assign({}, opts, { role: 'reader' })));
+  const db = new SqliteDb(Object.assign({}, opts, { role: auto ? 'writer' : 'reader' }));
+  return new ThreadedSqliteStore(worker, db, auto ? tuning : null);
+}
+
+/** `auto`'s thresholds (tests make the move to the thread not wait for the machine); defaults above and below. */
+export interface AutoTuning {
+  idleCores?: number;
+  idleWindowMs?: number;
 }
 
 /** The areas of the Store (meta, messages, …): the reading store's, each routed (see `routed`). */
@@ -82,7 +149,7 @@ export interface ThreadedSqliteStore extends Areas {
 }
 
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
-export class ThreadedSqliteStore implements Store {
+export class ThreadedSqliteStore implements Store, WriteRouter {
   readonly dialect = 'sqlite';
 
   private nextId = 1;
@@ -90,17 +157,41 @@ export class ThreadedSqliteStore implements Store {
   /** The calls of one turn go in one message, so their writes share a commit on the thread. */
   private readonly post = perTurn<ThreadCall>((calls) => {
     // A thread that stopped meanwhile has had every pending call rejected (stop).
-    if (!this.stopped) this.worker.postMessage(calls);
+    if (this.stopped) return;
+    if (this.held) this.heldCalls.push(...calls);
+    else this.send(calls);
   });
+  /** Calls sent to the thread and not yet answered. */
+  private inFlight = 0;
+  /** `auto`: while the checkpoint thread's final pass holds commits, calls for the thread wait here. */
+  private held = false;
+  private heldCalls: ThreadCall[] = [];
+  /** `auto`: a hold's wait for the calls already sent. */
+  private flightWaiters: (() => void)[] = [];
   private stats = { commits: 0, writes: 0, checkpoints: 0 };
   /** Why the thread stopped, once it has: every later write fails with it. */
   private stopped: ShineError | null = null;
   private readonly busy: BusyRef;
   private readonly reads: SqliteStore;
+  /** `auto`: while a routed call's first synchronous part runs (its writes are routed; later ones stay here). */
+  private routing = false;
+  /** `auto`: whether a routed call's writes go to the thread when neither side has any in flight. */
+  private preferThread = false;
+  private readonly auto: boolean;
+  /** `auto`: the machine's idle cores (the thread pays only where a core would idle otherwise). */
+  private readonly idle: IdleCores | null;
+  private readonly idleCores: number;
+  /** `auto`: writes a commit of the thread held, on average, in its last answered turn. */
+  private threadBatch = 0;
 
+  /**
+   * @param reader the event loop's connection: only reading (`thread`), or writing too (`auto`: the store
+   *   routes each call's writes, see WriteRouter, and this connection checkpoints the WAL for both)
+   */
   constructor(
     private readonly worker: Worker,
     private readonly reader: SqliteDb,
+    auto: AutoTuning | null = null,
   ) {
     this.busy = new BusyRef(worker);
     worker.unref();
@@ -108,17 +199,85 @@ export class ThreadedSqliteStore implements Store {
     worker.on('error', (err) => this.stop(`failed: ${err.message}`));
     worker.on('exit', (code) => this.stop(`exited with ${code}`));
     this.reads = new SqliteStore(reader);
+    this.auto = auto !== null;
+    this.idle = auto && new IdleCores(auto.idleWindowMs ?? IDLE_WINDOW_MS);
+    this.idleCores = auto?.idleCores ?? AUTO_THREAD_IDLE_CORES;
+    if (auto) {
+      reader.router = this;
+      // The checkpoint thread is gone: the writer thread checkpoints on commit too, as this connection now does.
+      reader.onCheckpointFailure = () => {
+        const pages = reader.conn.pragma('wal_autocheckpoint', { simple: true }) as number;
+        this.call(null, 'pragma', [`wal_autocheckpoint = ${pages}`]).catch(() => undefined);
+      };
+    }
     const self = this as unknown as Record<string, unknown>;
     for (const [name, area] of Object.entries(this.reads))
       if (area instanceof SqliteArea) self[name] = this.routed(name, area);
   }
 
   commitStats(): { commits: number; writes: number; checkpoints: number } {
-    return { ...this.stats };
+    if (!this.auto) return { ...this.stats };
+    const here = this.reads.commitStats();
+    return {
+      commits: this.stats.commits + here.commits,
+      writes: this.stats.writes + here.writes,
+      checkpoints: this.stats.checkpoints + here.checkpoints,
+    };
+  }
+
+  /** `auto`: commits and writes made on each side (tests and benchmarks). */
+  sides(): { eventLoop: { commits: number; writes: number }; thread: { commits: number; writes: number } } {
+    const here = this.reads.commitStats();
+    return {
+      eventLoop: { commits: here.commits, writes: here.writes },
+      thread: { commits: this.stats.commits, writes: this.stats.writes },
+    };
   }
 
   async migrate(): Promise<void> {
-    await this.call(null, 'migrate', []);
+    await (this.auto ? this.reads.migrate() : this.call(null, 'migrate', []));
+  }
+
+  // WriteRouter (`auto`). At most one side has writes waiting or in flight at a time, so neither waits for the
+  // other's lock: a routed write goes where writes already are, else where the load says.
+  here(queued: number): boolean {
+    if (!this.routing || this.stopped) return true;
+    if (queued > 0) return true;
+    return this.pending.size === 0 && !this.preferThread;
+  }
+
+  mayCommit(): boolean {
+    return this.pending.size === 0;
+  }
+
+  committed(jobs: number): void {
+    if (this.preferThread) return;
+    if (jobs < AUTO_THREAD_FROM_JOBS / 2) this.idle!.reset();
+    if (jobs < AUTO_THREAD_FROM_JOBS) return;
+    const idle = this.idle!.loaded();
+    if (idle === null || idle < this.idleCores) return;
+    this.preferThread = true;
+  }
+
+  hold(held: boolean): Promise<void> | void {
+    this.held = held;
+    if (!held) {
+      this.landed();
+      const calls = this.heldCalls.splice(0);
+      if (calls.length > 0 && !this.stopped) this.send(calls);
+      return;
+    }
+    if (this.inFlight > 0) return new Promise((resolve) => this.flightWaiters.push(resolve));
+  }
+
+  private send(calls: ThreadCall[]): void {
+    this.inFlight += calls.length;
+    this.worker.postMessage(calls);
+  }
+
+  /** Lets a hold's final pass start: nothing sent is still in flight, or the hold is over. */
+  private landed(): void {
+    for (const w of this.flightWaiters.splice(0)) w();
   }
 
   /** A PRAGMA on the writer's connection; answers its first value (tests set the connection's limits with it). */
@@ -132,7 +291,7 @@ export class ThreadedSqliteStore implements Store {
   }
 
   async ping(): Promise<void> {
-    if (this.stopped) throw this.stopped;
+    if (this.stopped && !this.auto) throw this.stopped;
     await this.reads.ping();
   }
 
@@ -140,7 +299,8 @@ export class ThreadedSqliteStore implements Store {
     if (!this.stopped) await this.call(null, 'close', []);
     this.stopped ??= new ShineError('INTERNAL', 'database closed');
     await this.worker.terminate();
-    this.reader.conn.close();
+    // `auto`: this connection's own queue, once the thread's writes are in (mayCommit), then its checkpoints.
+    await (this.auto ? this.reads.close() : this.reader.conn.close());
   }
 
   /** Ends the writer thread as a crash would (tests): later writes fail, reads go on. */
@@ -162,11 +322,14 @@ export class ThreadedSqliteStore implements Store {
           if (err === WRITES_ELSEWHERE) return this.call(area, method, args);
           throw err;
         };
+        this.routing = this.auto;
         try {
           const r = fn.apply(reads, args);
           return r instanceof Promise ? r.catch(elsewhere) : r;
         } catch (err) {
           return elsewhere(err);
+        } finally {
+          this.routing = false;
         }
       };
     return new Proxy(reads, {
@@ -189,13 +352,33 @@ export class ThreadedSqliteStore implements Store {
   }
 
   private answered(m: ThreadReplies): void {
+    const commits = m.stats.commits - this.stats.commits;
+    if (commits > 0) this.threadBatch = (m.stats.writes - this.stats.writes) / commits;
     this.stats = m.stats;
+    this.inFlight -= m.replies.length;
+    if (this.inFlight === 0) this.landed();
     for (const { id, value, error } of m.replies) {
       const p = this.take(id);
       if (!error) p?.resolve(value);
       else if (error.code) p?.reject(new ShineError(error.code, error.message, { details: error.details }));
       else p?.reject(Object.assign(new Error(error.message), { code: error.sqliteCode }));
     }
+    if (!this.auto) return;
+    if (commits > 0) this.reader.checkpointer?.committed();
+    this.drained();
+  }
+
+  /**
+   * `auto`: once the thread has nothing in flight, writes queued here commit, and writes come back here unless
+   * the thread's last commits still held many (half the threshold: a load near it does not flip at every turn).
+   */
+  private drained(): void {
+    if (this.pending.size > 0) return;
+    if (this.preferThread && (this.stopped || this.threadBatch < AUTO_THREAD_FROM_JOBS / 2)) {
+      this.preferThread = false;
+      this.idle!.reset();
+    }
+    this.reader.resume();
   }
 
   /** The pending call id, no longer pending. */
@@ -212,5 +395,10 @@ export class ThreadedSqliteStore implements Store {
     if (this.stopped) return;
     this.stopped = new ShineError('INTERNAL', `the SQLite writer thread ${why}`);
     for (const id of [...this.pending.keys()]) this.take(id)?.reject(this.stopped);
+    this.heldCalls = [];
+    this.inFlight = 0;
+    this.landed();
+    // `auto`: the event loop's connection writes on alone.
+    if (this.auto) this.drained();
   }
 }
