@@ -22,12 +22,12 @@ describe(
   'a database that cannot be written',
   { skip: !sqlite && 'SQLite only: PostgreSQL maps disk_full and read-only to 503 the same way' },
   () => {
-    for (const writer of ['inline', 'thread'] as const)
+    for (const writer of ['inline', 'thread', 'auto'] as const)
       it(`full disk, then read-only: writes get 503 and change nothing, reads go on, and writing resumes without a restart (writer ${writer})`, async () => {
         await using net = await startNetwork({ servers: [{ serverLogin: 'local', sqliteWriter: writer }] });
         const server = net.servers[0]!;
         const store = server.ctx.store;
-        // The limits are set on the connection that writes: the event loop's, or the writer thread's.
+        // The limits are set on the connections that write: the event loop's, the writer thread's, or both.
         const pragma = async (text: string): Promise<unknown> =>
           store instanceof ThreadedSqliteStore
             ? store.writerPragma(text)

@@ -280,9 +280,13 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     for (const w of this.flightWaiters.splice(0)) w();
   }
 
-  /** A PRAGMA on the writer's connection; answers its first value (tests set the connection's limits with it). */
-  writerPragma(text: string): Promise<unknown> {
-    return this.call(null, 'pragma', [text]);
+  /**
+   * A PRAGMA on the writer's connection (`auto`: on both, answering the event loop's); answers its first value
+   * (tests set the connections' limits with it).
+   */
+  async writerPragma(text: string): Promise<unknown> {
+    const thread = await this.call(null, 'pragma', [text]);
+    return this.auto ? this.reader.conn.pragma(text, { simple: true }) : thread;
   }
 
   /** The database file. */
