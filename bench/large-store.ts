@@ -1,6 +1,6 @@
 /**
  * Reads whose cost could grow with a user's history, on one large SQLite store, in this process (no server):
- * each runs on the event loop of a server with the default (inline) writer, so its time is a stall for every
+ * each runs on the event loop of a server (reads do with every writer setting), so its time is a stall for every
  * session of that process. BENCH_PAIRS pairs of one owner, alice, with BENCH_PEERS peers (remote users on
  * server `beta`), half sent by alice (their delivery rows `accepted`, not due: beta is down), half received
  * (unread), are stored through the store; alice's device `phone`, seen before all of them, acknowledges all

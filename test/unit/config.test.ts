@@ -31,7 +31,7 @@ describe('resolveConfig', () => {
     assert.equal(c.firstAttemptWaitMs, 3_000);
     assert.equal(c.syncIntervalMs, 21_600_000);
     assert.equal(c.sqliteSync, 'full');
-    assert.equal(c.sqliteWriter, 'inline');
+    assert.equal(c.sqliteWriter, 'auto');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'inline' })).sqliteWriter, 'inline');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'thread' })).sqliteWriter, 'thread');
     assert.equal(resolveConfig(configInputFromEnv({ SHINE_SQLITE_WRITER: 'auto' })).sqliteWriter, 'auto');

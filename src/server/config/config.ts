@@ -183,8 +183,9 @@ export const CONFIG_DEFAULTS = {
   syncIntervalMs: 21_600_000,
   syncOnReturnMs: 10_000,
   sqliteSync: 'full',
-  // On the event loop: on two shared cores the thread paid only where a core was idle (docs/performance.md).
-  sqliteWriter: 'inline',
+  // By load: on the event loop, and on the writer thread only while commits run large and a core idles
+  // (the thread paid only where a core was idle; docs/performance.md, thirtieth session).
+  sqliteWriter: 'auto',
   logLevel: 'info',
   rateLimit: { perSecond: 200, burst: 400 },
   authTimeoutMs: 30_000,

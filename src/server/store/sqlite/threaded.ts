@@ -4,6 +4,10 @@
  * whose work goes through SqliteDb.write — runs whole on the writer thread (./thread.ts), with the group
  * commit, its fsync and the checkpoints. A write is answered after its commit, as on one connection,
  * and a read issued after that answer sees it (WAL: each read starts from the newest commit).
+ *
+ * With SHINE_SQLITE_WRITER=auto (the default) the event loop's connection writes too, and the store routes
+ * each call's writes to one side or the other by load (WriteRouter below; docs/performance.md, thirtieth
+ * session); the event loop's connection then runs the checkpoints.
  */
 import { once } from 'node:events';
 import { mkdirSync, rmSync } from 'node:fs';
