@@ -219,8 +219,15 @@ describe('SQLite: the writer by load (auto)', () => {
     const first = await eager({ path });
     await burst(first, 0, 5, 20);
     const queued = Array.from({ length: 40 }, (_, i) => first.meta.setMeta(`q${i}`, String(i)));
-    await first.close();
+    const closing = first.close();
+    // Issued while the thread closes: answered (committed or refused), never left waiting.
+    const late = first.meta.setMeta('late', 'x').then(
+      () => 'ok',
+      (err: { code?: string }) => err.code,
+    );
+    await closing;
     assert.equal((await Promise.all(queued)).length, 40);
+    assert.ok(['ok', 'INTERNAL'].includes(String(await late)));
     const second = await freshThreaded({ path, writer: 'auto' });
     assert.equal(await second.meta.getMeta('q39'), '39');
     assert.equal(await count(second), 200);

@@ -13,6 +13,7 @@ export async function openStore(
   if (config.db.kind === 'postgres') return openPostgresStore({ url: config.db.url, poolSize: config.dbPoolSize });
   await mkdir(dirname(config.db.path), { recursive: true });
   const opts = { path: config.db.path, sync: config.sqliteSync };
+  // Without the setting (a test's store opened directly, not a server's), the connection alone: `inline`.
   const writer = config.sqliteWriter ?? 'inline';
   return writer === 'inline' ? openSqliteStore(opts) : openThreadedSqliteStore(opts, writer);
 }

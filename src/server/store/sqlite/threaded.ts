@@ -71,8 +71,9 @@ async function bundleForDevelopment(): Promise<string> {
 export type SqliteWriter = 'inline' | 'thread' | 'auto';
 
 /**
- * Inline writes a group commit holds from which, in `auto`, the writes that follow go to the thread; they come
- * back to the event loop once the thread has none in flight (docs/performance.md, thirtieth session).
+ * Inline writes a group commit holds from which, in `auto`, the writes that follow go to the thread (where a core
+ * idles); they come back to the event loop once the thread has none in flight and its commits hold fewer than half
+ * as many (docs/performance.md, thirtieth session).
  */
 export const AUTO_THREAD_FROM_JOBS = 8;
 /** Cores the machine must leave idle under the load for `auto` to move writes to the thread. */
@@ -173,7 +174,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   /** `auto`: a hold's wait for the calls already sent. */
   private flightWaiters: (() => void)[] = [];
   private stats = { commits: 0, writes: 0, checkpoints: 0 };
-  /** Why the thread stopped, once it has: every later write fails with it. */
+  /** Why the thread stopped, once it has: every later write fails with it (`auto`: writes go on at the event loop). */
   private stopped: ShineError | null = null;
   private readonly busy: BusyRef;
   private readonly reads: SqliteStore;
@@ -307,7 +308,9 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     if (!this.stopped) await this.call(null, 'close', []);
     this.stopped ??= new ShineError('INTERNAL', 'database closed');
     await this.worker.terminate();
-    // `auto`: this connection's own queue, once the thread's writes are in (mayCommit), then its checkpoints.
+    // Calls sent after 'close' (`auto` routes there while it is in flight) get no answer from the thread now.
+    this.abandon(this.stopped);
+    // `auto`: this connection's own queue, now that nothing is in flight (mayCommit), then its checkpoints.
     await (this.auto ? this.reads.close() : this.reader.conn.close());
   }
 
@@ -402,11 +405,15 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   private stop(why: string): void {
     if (this.stopped) return;
     this.stopped = new ShineError('INTERNAL', `the SQLite writer thread ${why}`);
-    for (const id of [...this.pending.keys()]) this.take(id)?.reject(this.stopped);
+    this.abandon(this.stopped);
+  }
+
+  /** Fails every call the thread has not answered; `auto`: the event loop's connection writes on alone. */
+  private abandon(err: ShineError): void {
+    for (const id of [...this.pending.keys()]) this.take(id)?.reject(err);
     this.heldCalls = [];
     this.inFlight = 0;
     this.landed();
-    // `auto`: the event loop's connection writes on alone.
     if (this.auto) this.drained();
   }
 }
