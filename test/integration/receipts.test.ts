@@ -289,7 +289,10 @@ describe('verifiable delivery (§13.1)', { concurrency: suiteConcurrency() }, ()
 
     // A `delivered` whose proof does not check is not taken: alpha2 delivers itself, with beta's own receipt.
     const row = await waitForRow(alpha2(), forged.outgoingKey, (r) => r.state === 'delivered');
-    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), callsBefore + 1, 'alpha2 called beta for it');
+    // At least once: alpha1's forward of the pair to alpha2 (docs/protocol.md §6.3), which waited for alpha2's redial
+    // while it was down, may land after the restart beside the sync, and start a first attempt of alpha2's own.
+    const calls = await opCount(beta, 'ReceiveIncomingMessage');
+    assert.ok(calls >= callsBefore + 1, `alpha2 called beta for it (${calls - callsBefore} calls)`);
     await assertProof(row.proof, alpha2(), 'beta', forged.incoming, forged.incomingKey);
     assert.notDeepEqual(row.proof, bad);
   });
