@@ -75,9 +75,11 @@ export type SqliteWriter = 'inline' | 'thread' | 'auto';
  * idles); they come back to the event loop once the thread has none in flight and its commits hold fewer than half
  * as many (docs/performance.md, thirtieth session).
  */
-export const AUTO_THREAD_FROM_JOBS = 8;
+const AUTO_THREAD_FROM_JOBS = 8;
 /** Cores the machine must leave idle under the load for `auto` to move writes to the thread. */
-export const AUTO_THREAD_IDLE_CORES = 0.5;
+const AUTO_THREAD_IDLE_CORES = 0.5;
+/** The shortest time over which `auto` reads the machine's idle cores. */
+const IDLE_WINDOW_MS = 200;
 
 /**
  * The cores the machine leaves idle while the event loop's commits run large (`auto`): measured from the first
@@ -111,9 +113,6 @@ class IdleCores {
     this.since = null;
   }
 }
-
-/** The shortest time over which `auto` reads the machine's idle cores. */
-const IDLE_WINDOW_MS = 200;
 
 /**
  * Starts the writer thread on the file, then opens the event loop's connection beside it: with `thread` a
@@ -220,8 +219,8 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
       if (area instanceof SqliteArea) self[name] = this.routed(name, area);
   }
 
+  /** Both connections' (with `thread` the event loop's reads only: it commits and checkpoints nothing). */
   commitStats(): { commits: number; writes: number; checkpoints: number } {
-    if (!this.auto) return { ...this.stats };
     const here = this.reads.commitStats();
     return {
       commits: this.stats.commits + here.commits,
