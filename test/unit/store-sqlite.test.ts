@@ -193,15 +193,25 @@ describe('SQLite: the writer by load (auto)', () => {
     assert.equal(store.sides().thread.writes, 0);
   });
 
-  it("answers every write while a checkpoint's final pass holds both writers, and starts the WAL over", async () => {
+  it("answers every write while either side's final passes hold its commits, and the WAL starts over", async () => {
     const store = await eager({ checkpointTuning: { intervalMs: 5, restartBytes: 1 } });
     await burst(store, 0, 40, 20);
     await burst(store, 800, 20, 2);
     assert.ok(store.sides().thread.writes > 0);
     assert.equal(await count(store), 2 * 840);
+    // The event loop's commits ran its own checkpoints …
     const ck = (store as unknown as { reader: SqliteDb }).reader.checkpointer!;
     await ck.idle();
     assert.ok(ck.stats.restarts > 0 && ck.stats.complete > 0, JSON.stringify(ck.stats));
+    // … and the thread's commits the thread's (its counters arrive with its next answer).
+    for (let i = 0; i < 400 && store.commitStats().checkpoints === ck.stats.checkpoints; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      await store.writerPragma('user_version');
+    }
+    assert.ok(store.commitStats().checkpoints > ck.stats.checkpoints, JSON.stringify(store.commitStats()));
+    // About 28 MB of frames were committed, nearly all on the thread: the WAL started over all along.
+    const wal = statSync(`${store.path}-wal`).size;
+    assert.ok(wal < 8 * 1024 * 1024, `WAL of ${wal} bytes`);
   });
 
   it('once the thread is gone, writes go on at the event loop and ping answers', async () => {

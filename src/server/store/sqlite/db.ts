@@ -56,11 +56,9 @@ export interface SqliteDbOptions {
   pageSize?: number;
   /**
    * Where WAL checkpoints run: 'thread' (default) on a worker thread with its own connection, off the
-   * event loop; 'commit' inside the writer's COMMIT once the WAL holds 4 MiB, as SQLite does by default;
-   * 'elsewhere' never on this connection: another one runs them (a writer thread beside an event loop that
-   * writes too, ./threaded.ts's `auto`).
+   * event loop; 'commit' inside the writer's COMMIT once the WAL holds 4 MiB, as SQLite does by default.
    */
-  checkpoints?: 'thread' | 'commit' | 'elsewhere';
+  checkpoints?: 'thread' | 'commit';
   /** The checkpoint thread's timing and WAL sizes (tests make them small); defaults below. */
   checkpointTuning?: { intervalMs?: number; restartBytes?: number; maxWalBytes?: number };
   /**
@@ -110,8 +108,6 @@ export class SqliteDb {
   private readonly reader: boolean;
   /** Set by a store that also writes on a thread (./threaded.ts, `auto`). */
   router: WriteRouter | null = null;
-  /** Called if the checkpoint thread dies, after this connection went back to checkpoints on commit. */
-  onCheckpointFailure: (() => void) | null = null;
 
   constructor(opts: SqliteDbOptions) {
     this.conn = new Database(opts.path);
@@ -134,12 +130,7 @@ export class SqliteDb {
     const pageSize = this.conn.pragma('page_size', { simple: true }) as number;
     const autocheckpoint = `wal_autocheckpoint = ${Math.round(WAL_CHECKPOINT_BYTES / pageSize)}`;
     this.conn.pragma(autocheckpoint);
-    const checkpoints = opts.checkpoints ?? 'thread';
-    if (wal && checkpoints === 'elsewhere') {
-      this.conn.pragma('wal_autocheckpoint = 0');
-      this.conn.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
-    }
-    if (wal && checkpoints === 'thread') {
+    if (wal && (opts.checkpoints ?? 'thread') === 'thread') {
       // A commit that checkpoints copies the WAL's pages into the file and fsyncs it, 20–50 ms at 4 MiB of
       // WAL, all on the event loop; on the thread the event loop only commits (docs/performance.md).
       this.conn.pragma('wal_autocheckpoint = 0');
@@ -158,7 +149,6 @@ export class SqliteDb {
         },
         onFailure: () => {
           if (this.conn.open) this.conn.pragma(autocheckpoint);
-          this.onCheckpointFailure?.();
         },
       });
     }

@@ -7,7 +7,8 @@
  *
  * With SHINE_SQLITE_WRITER=auto (the default) the event loop's connection writes too, and the store routes
  * each call's writes to one side or the other by load (WriteRouter below; docs/performance.md, thirtieth
- * session); the event loop's connection then runs the checkpoints.
+ * session). Each connection has its own checkpoint thread, run by its own commits: the WAL is checkpointed
+ * from the side that is writing, and that side's final passes hold its own commits only, between two of them.
  */
 import { once } from 'node:events';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -116,8 +117,7 @@ class IdleCores {
 
 /**
  * Starts the writer thread on the file, then opens the event loop's connection beside it: with `thread` a
- * connection that only reads; with `auto` one that also writes while the load is light, and runs the
- * checkpoints for both.
+ * connection that only reads; with `auto` one that also writes while the load is light, with checkpoints of its own.
  */
 export async function openThreadedSqliteStore(
   opts: SqliteStoreOptions,
@@ -125,9 +125,7 @@ export async function openThreadedSqliteStore(
   tuning: AutoTuning = {},
 ): Promise<Store> {
   const auto = writer === 'auto';
-  const threadOpts =
-    auto && opts.checkpoints !== 'commit' ? Object.assign({}, opts, { checkpoints: 'elsewhere' }) : opts;
-  const worker = await startThread({ options: threadOpts });
+  const worker = await startThread({ options: opts });
   try {
     await once(worker, 'message'); // 'ready': the file is open, in WAL mode (rejects if the thread fails first)
   } catch (err) {
@@ -167,7 +165,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   });
   /** Calls sent to the thread and not yet answered. */
   private inFlight = 0;
-  /** `auto`: while the checkpoint thread's final pass holds commits, calls for the thread wait here. */
+  /** `auto`: while this connection's checkpoint thread's final pass holds commits, calls for the thread wait here. */
   private held = false;
   private heldCalls: ThreadCall[] = [];
   /** `auto`: a hold's wait for the calls already sent. */
@@ -190,7 +188,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
 
   /**
    * @param reader the event loop's connection: only reading (`thread`), or writing too (`auto`: the store
-   *   routes each call's writes, see WriteRouter, and this connection checkpoints the WAL for both)
+   *   routes each call's writes, see WriteRouter)
    */
   constructor(
     private readonly worker: Worker,
@@ -206,14 +204,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     this.auto = auto !== null;
     this.idle = auto && new IdleCores(auto.idleWindowMs ?? IDLE_WINDOW_MS);
     this.idleCores = auto?.idleCores ?? AUTO_THREAD_IDLE_CORES;
-    if (auto) {
-      reader.router = this;
-      // The checkpoint thread is gone: the writer thread checkpoints on commit too, as this connection now does.
-      reader.onCheckpointFailure = () => {
-        const pages = reader.conn.pragma('wal_autocheckpoint', { simple: true }) as number;
-        this.call(null, 'pragma', [`wal_autocheckpoint = ${pages}`]).catch(() => undefined);
-      };
-    }
+    if (auto) reader.router = this;
     const self = this as unknown as Record<string, unknown>;
     for (const [name, area] of Object.entries(this.reads))
       if (area instanceof SqliteArea) self[name] = this.routed(name, area);
@@ -373,9 +364,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
       else if (error.code) p?.reject(new ShineError(error.code, error.message, { details: error.details }));
       else p?.reject(Object.assign(new Error(error.message), { code: error.sqliteCode }));
     }
-    if (!this.auto) return;
-    if (commits > 0) this.reader.checkpointer?.committed();
-    this.drained();
+    if (this.auto) this.drained();
   }
 
   /**
