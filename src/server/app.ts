@@ -145,7 +145,7 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
     );
     metrics.gauge(
       'db_checkpoints_total',
-      "WAL checkpoints run by this process's checkpoint thread (SQLite; 0 on PostgreSQL)",
+      "WAL checkpoints run by this process's checkpoint threads (SQLite; 0 on PostgreSQL)",
       () => store.commitStats().checkpoints,
     );
     const directory = new Directory({ config, store, clock, verifier, log, serverKey, background });

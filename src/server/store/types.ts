@@ -576,7 +576,7 @@ export interface Store {
   /**
    * Transactions committed and writes in them since the store opened (SQLite groups many writes into
    * one commit; on PostgreSQL each write is its own transaction), and WAL checkpoints run by SQLite's
-   * checkpoint thread (0 on PostgreSQL, which checkpoints by itself), for /metrics and benchmarks.
+   * checkpoint threads (0 on PostgreSQL, which checkpoints by itself), for /metrics and benchmarks.
    */
   commitStats(): { commits: number; writes: number; checkpoints: number };
   /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */

@@ -176,8 +176,12 @@ export class Checkpointer {
   }
 
   private answered(r: Reply): void {
-    if (r.error === undefined) this.walFrames = r.log ?? 0;
-    if (r.step === 'bulk') {
+    // Another connection's checkpoint held the lock (with `auto`, the other writer's checkpoint thread, ./threaded.ts;
+    // or another process's): SQLite copied and counted nothing (log -1), and the next turn tries again.
+    const locked = r.error === undefined && r.busy !== 0 && r.log === -1;
+    if (r.error === undefined && !locked) this.walFrames = r.log ?? 0;
+    if (locked) this.dirty = true;
+    else if (r.step === 'bulk') {
       this.stats.bulkMs += r.ms ?? 0;
       // Once the WAL is long, the frames commits left behind during the bulk copy are copied with the
       // writer held, so that it starts the WAL over.
@@ -200,11 +204,11 @@ export class Checkpointer {
       this.stats.finalMs += r.ms ?? 0;
       this.stats.restarts++;
       if (r.error === undefined && r.busy === 0 && r.checkpointed === r.log) this.stats.complete++;
-      // Something else (another process's reader or checkpoint) kept it from finishing: holding the
-      // writer again soon would not help, so the next turns copy without it for a while.
+      // Something else (another process's reader) kept it from finishing: holding the writer again soon
+      // would not help, so the next turns copy without it for a while.
       else this.noHoldUntil = performance.now() + NO_HOLD_AFTER_INCOMPLETE_MS;
     }
-    if (r.error === undefined) this.stats.checkpoints++;
+    if (r.error === undefined && !locked) this.stats.checkpoints++;
     this.release();
     this.running = false;
     this.thread!.busy.end();

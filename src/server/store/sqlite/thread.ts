@@ -26,6 +26,10 @@ async function run(call: ThreadCall): Promise<unknown> {
     if (call.method === 'migrate') return store.migrate();
     if (call.method === 'close') return store.close();
     if (call.method === 'pragma') return store.db.conn.pragma(call.args[0] as string, { simple: true });
+    if (call.method === 'checkpoints') {
+      await store.db.checkpointer?.idle();
+      return store.db.checkpointer?.stats ?? null;
+    }
     throw new ShineError('INTERNAL', `no store call ${call.method}`);
   }
   const area = areas[call.area]!;

@@ -20,6 +20,7 @@ import type { ErrorCode, ErrorDetails } from '../../../protocol/errors.js';
 import { ShineError } from '../../../protocol/errors.js';
 import { BusyRef, bundleForNode, perTurn } from '../../worker-thread.js';
 import type { Store } from '../types.js';
+import type { CheckpointStats } from './checkpointer.js';
 import type { WriteRouter } from './db.js';
 import { SqliteArea, SqliteDb, WRITES_ELSEWHERE } from './db.js';
 import type { SqliteStoreOptions } from './store.js';
@@ -282,6 +283,11 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   async writerPragma(text: string): Promise<unknown> {
     const thread = await this.call(null, 'pragma', [text]);
     return this.auto ? this.reader.conn.pragma(text, { simple: true }) : thread;
+  }
+
+  /** The writer thread's checkpoint counters once no turn of its checkpoint thread runs (tests and benchmarks). */
+  async threadCheckpoints(): Promise<CheckpointStats | null> {
+    return (await this.call(null, 'checkpoints', [])) as CheckpointStats | null;
   }
 
   /** The database file. */
