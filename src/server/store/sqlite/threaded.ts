@@ -117,24 +117,31 @@ class IdleCores {
 }
 
 /**
- * Starts the writer thread on the file, then opens the event loop's connection beside it: with `thread` a
- * connection that only reads; with `auto` one that also writes while the load is light, with checkpoints of its own.
+ * With `thread`, starts the writer thread on the file, then opens the event loop's connection beside it, one that
+ * only reads. With `auto`, opens the event loop's connection, which writes while the load is light, with checkpoints
+ * of its own; the writer thread starts when the load first asks for it.
  */
 export async function openThreadedSqliteStore(
   opts: SqliteStoreOptions,
   writer: Exclude<SqliteWriter, 'inline'> = 'thread',
   tuning: AutoTuning = {},
 ): Promise<Store> {
-  const auto = writer === 'auto';
+  if (writer === 'auto')
+    return new ThreadedSqliteStore(null, new SqliteDb(Object.assign({}, opts, { role: 'writer' })), { tuning, opts });
+  const worker = await startReadyThread(opts);
+  return new ThreadedSqliteStore(worker, new SqliteDb(Object.assign({}, opts, { role: 'reader' })));
+}
+
+/** A writer thread on the file, once it has opened it in WAL mode (rejects if the thread fails first). */
+async function startReadyThread(opts: SqliteStoreOptions): Promise<Worker> {
   const worker = await startThread({ options: opts });
   try {
-    await once(worker, 'message'); // 'ready': the file is open, in WAL mode (rejects if the thread fails first)
+    await once(worker, 'message'); // 'ready'
   } catch (err) {
     await worker.terminate();
     throw err;
   }
-  const db = new SqliteDb(Object.assign({}, opts, { role: auto ? 'writer' : 'reader' }));
-  return new ThreadedSqliteStore(worker, db, auto ? tuning : null);
+  return worker;
 }
 
 /** `auto`'s thresholds (tests make the move to the thread not wait for the machine); defaults above and below. */
@@ -174,7 +181,15 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   private stats = { commits: 0, writes: 0, checkpoints: 0 };
   /** Why the thread stopped, once it has: every later write fails with it (`auto`: writes go on at the event loop). */
   private stopped: ShineError | null = null;
-  private readonly busy: BusyRef;
+  /** The writer thread (`auto`: null until it has started), and what keeps the process alive while it has calls. */
+  private worker: Worker | null = null;
+  private busy: BusyRef | null = null;
+  /** `auto`: the writer thread's start, once asked for (it never rejects: a failed start stops the store's thread). */
+  private starting: Promise<void> | null = null;
+  /** `auto`: calls sent before the thread was ready; they go once it is. */
+  private unsent: ThreadCall[] = [];
+  /** `auto`: the options the writer thread opens the file with. */
+  private readonly threadOpts: SqliteStoreOptions | null;
   private readonly reads: SqliteStore;
   /** `auto`: while a routed call's first synchronous part runs (its writes are routed; later ones stay here). */
   private routing = false;
@@ -188,23 +203,21 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   private threadBatch = 0;
 
   /**
+   * @param worker the writer thread, ready (`thread`); null with `auto`, which starts it when the load asks for it
    * @param reader the event loop's connection: only reading (`thread`), or writing too (`auto`: the store
    *   routes each call's writes, see WriteRouter)
    */
   constructor(
-    private readonly worker: Worker,
+    worker: Worker | null,
     private readonly reader: SqliteDb,
-    auto: AutoTuning | null = null,
+    auto: { tuning: AutoTuning; opts: SqliteStoreOptions } | null = null,
   ) {
-    this.busy = new BusyRef(worker);
-    worker.unref();
-    worker.on('message', (m: ThreadReplies) => this.answered(m));
-    worker.on('error', (err) => this.stop(`failed: ${err.message}`));
-    worker.on('exit', (code) => this.stop(`exited with ${code}`));
+    if (worker) this.attach(worker);
     this.reads = new SqliteStore(reader);
     this.auto = auto !== null;
-    this.idle = auto && new IdleCores(auto.idleWindowMs ?? IDLE_WINDOW_MS);
-    this.idleCores = auto?.idleCores ?? AUTO_THREAD_IDLE_CORES;
+    this.threadOpts = auto?.opts ?? null;
+    this.idle = auto && new IdleCores(auto.tuning.idleWindowMs ?? IDLE_WINDOW_MS);
+    this.idleCores = auto?.tuning.idleCores ?? AUTO_THREAD_IDLE_CORES;
     if (auto) reader.router = this;
     const self = this as unknown as Record<string, unknown>;
     for (const [name, area] of Object.entries(this.reads))
@@ -252,7 +265,39 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     if (jobs < AUTO_THREAD_FROM_JOBS) return;
     const idle = this.idle!.loaded();
     if (idle === null || idle < this.idleCores) return;
-    this.preferThread = true;
+    // The first time: the thread starts now, and the writes move at the next reading, once it is ready.
+    if (this.worker) this.preferThread = true;
+    else void this.start();
+  }
+
+  /** `auto`: whether the writer thread has started (tests: a light load never starts it). */
+  get threadStarted(): boolean {
+    return this.worker !== null;
+  }
+
+  /** `auto`: starts the writer thread, once; the calls sent meanwhile go when it is ready. */
+  private start(): Promise<void> {
+    return (this.starting ??= startReadyThread(this.threadOpts!).then(
+      async (worker) => {
+        if (this.stopped)
+          await worker.terminate(); // closed meanwhile
+        else this.attach(worker);
+      },
+      (err: unknown) => this.stop(`failed to start: ${err instanceof Error ? err.message : String(err)}`),
+    ));
+  }
+
+  /** Takes the writer thread's answers from now on, and sends it what waited for it. */
+  private attach(worker: Worker): void {
+    this.worker = worker;
+    this.busy = new BusyRef(worker);
+    worker.unref();
+    for (let i = 0; i < this.pending.size; i++) this.busy.begin();
+    worker.on('message', (m: ThreadReplies) => this.answered(m));
+    worker.on('error', (err) => this.stop(`failed: ${err.message}`));
+    worker.on('exit', (code) => this.stop(`exited with ${code}`));
+    const calls = this.unsent.splice(0);
+    if (calls.length > 0) worker.postMessage(calls);
   }
 
   hold(held: boolean): Promise<void> | void {
@@ -268,7 +313,11 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
 
   private send(calls: ThreadCall[]): void {
     this.inFlight += calls.length;
-    this.worker.postMessage(calls);
+    if (this.worker) this.worker.postMessage(calls);
+    else {
+      this.unsent.push(...calls);
+      void this.start();
+    }
   }
 
   /** Lets a hold's final pass start: nothing sent is still in flight, or the hold is over. */
@@ -301,9 +350,10 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   }
 
   async close(): Promise<void> {
-    if (!this.stopped) await this.call(null, 'close', []);
+    await this.starting;
+    if (!this.stopped && this.worker) await this.call(null, 'close', []);
     this.stopped ??= new ShineError('INTERNAL', 'database closed');
-    await this.worker.terminate();
+    await this.worker?.terminate();
     // Calls sent after 'close' (`auto` routes there while it is in flight) get no answer from the thread now.
     this.abandon(this.stopped);
     // `auto`: this connection's own queue, now that nothing is in flight (mayCommit), then its checkpoints.
@@ -312,7 +362,8 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
 
   /** Ends the writer thread as a crash would (tests): later writes fail, reads go on. */
   async kill(): Promise<void> {
-    await this.worker.terminate();
+    if (!this.worker) await this.start();
+    await this.worker?.terminate();
   }
 
   /**
@@ -354,7 +405,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     if (this.stopped) return Promise.reject(this.stopped);
     const id = this.nextId++;
     this.post({ id, area, method, args });
-    this.busy.begin();
+    this.busy?.begin();
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
   }
 
@@ -391,7 +442,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     const p = this.pending.get(id);
     if (p) {
       this.pending.delete(id);
-      this.busy.end();
+      this.busy?.end();
     }
     return p;
   }
@@ -406,6 +457,7 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
   private abandon(err: ShineError): void {
     for (const id of [...this.pending.keys()]) this.take(id)?.reject(err);
     this.heldCalls = [];
+    this.unsent = [];
     this.inFlight = 0;
     this.landed();
     if (this.auto) this.drained();
