@@ -35,6 +35,7 @@ import {
 import type { RunningServer } from '../../src/server/app.js';
 import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
+import { assertError } from '../helpers/assert.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
@@ -103,27 +104,30 @@ const sendWhileDown = (down: { a: RawClient; alice: ReturnType<typeof makeUser> 
 /**
  * Fault injection, as with a stuck database: until released (or disposed of), the server's store hangs on every
  * copy (`hang`: the copies go on after the release) or refuses it with OVERLOADED (`refuse`), while its process
- * and its connections run on (pongs come back). `calls` counts the copies it got.
+ * and its connections run on (pongs come back). `calls` counts the copies it got. `what` picks the write: a copy
+ * from a peer (`storeCopy`, by default) or a client's pair (`storePair`).
  */
-function breakStore(s: RunningServer, how: 'hang' | 'refuse') {
+function breakStore(s: RunningServer, how: 'hang' | 'refuse', what: 'storeCopy' | 'storePair' = 'storeCopy') {
   const messages = s.ctx.store.messages;
-  const storeCopy = messages.storeCopy.bind(messages);
+  const write = messages[what].bind(messages) as (input: unknown) => Promise<never>;
   let go = (): void => {};
   const released = new Promise<void>((resolve) => (go = resolve));
   const broken = {
     calls: 0,
     release(): void {
       go();
-      messages.storeCopy = storeCopy;
+      Object.assign(messages, { [what]: write });
     },
     [Symbol.dispose]: () => broken.release(),
   };
-  messages.storeCopy = (input) => {
-    broken.calls++;
-    return how === 'hang'
-      ? released.then(() => storeCopy(input))
-      : Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
-  };
+  Object.assign(messages, {
+    [what]: (input: unknown) => {
+      broken.calls++;
+      return how === 'hang'
+        ? released.then(() => write(input))
+        : Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
+    },
+  });
   return broken;
 }
 
@@ -175,6 +179,73 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(deleted.deliveryState, 'delivered');
     assert.equal((await gone).messageKey, deleted.incomingKey);
     assert.deepEqual((await cb.history('alice')).items, []);
+  });
+
+  it('the first attempt’s call leaves while alpha stores the pair: beta has the copy first, and the answer waits for both', async () => {
+    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, bob, a } = up;
+    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
+    const attempts = () => metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'delivered' });
+    const before = await attempts();
+
+    // alpha's store takes its time (a slow disk): its write of the pair has not answered yet.
+    using slow = breakStore(alpha, 'hang', 'storePair');
+    const m = textPair(alice, 'bob');
+    let answered = false;
+    const answer = sendPair(a, m).finally(() => (answered = true));
+    await directMessageEvent(b, m.incomingKey);
+    await waitUntil(() => slow.calls === 1, 10_000, 'alpha’s store was asked');
+    assert.equal(answered, false, 'the answer waits for alpha’s own store');
+    assert.equal(await deliveryRow(alpha, m.outgoingKey), null, 'nothing recorded before the store');
+
+    slow.release();
+    assert.equal((await answer).deliveryState, 'delivered');
+    const row = await deliveryRow(alpha, m.outgoingKey);
+    assert.equal(row?.state, 'delivered');
+    assert.equal(row?.attempt, 1);
+    assert.ok(row?.proof, 'beta’s receipt kept as the proof');
+    assert.equal((await attempts()) - before, 1);
+    assert.equal(directMessagesFor(b, m.incomingKey).length, 1);
+  });
+
+  it('a pair alpha’s store refuses gets the store’s error: the call’s answer is dropped, and the pair sent again is delivered', async () => {
+    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, a } = up;
+    const beta = net.servers[1]!;
+    const attempts = async () =>
+      (await metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'delivered' })) +
+      (await metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'accepted' }));
+    const before = await attempts();
+    const calls = await opCount(beta, 'ReceiveIncomingMessage');
+
+    const m = textPair(alice, 'bob');
+    {
+      using _refused = breakStore(alpha, 'refuse', 'storePair');
+      const payload = { incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 };
+      assertError(await a.request('SendMessagePair', payload), 503, 'OVERLOADED');
+    }
+    // The call left before the store answered; beta stored the copy (the recipient may read a message whose
+    // sender was told to send it again, as after a lost answer).
+    await waitUntil(
+      async () => (await opCount(beta, 'ReceiveIncomingMessage')) === calls + 1,
+      10_000,
+      'beta got the call',
+    );
+    assert.equal(await deliveryRow(alpha, m.outgoingKey), null, 'nothing recorded for a pair not stored');
+    assert.equal(await attempts(), before, 'no first attempt counted');
+    assert.deepEqual(await history(a, 'bob').then((h) => h.filter((i) => i.messageKey === m.outgoingKey)), []);
+
+    // Sent again, it is stored and delivered: beta answers for the copy it has.
+    assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
+    assert.equal((await deliveryRow(alpha, m.outgoingKey))?.state, 'delivered');
+    // Once more: a pair already stored is answered as it stands. Its early call is made and dropped.
+    assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
+    await waitUntil(
+      async () => (await opCount(beta, 'ReceiveIncomingMessage')) === calls + 3,
+      10_000,
+      'beta got each call',
+    );
+    assert.equal((await attempts()) - before, 1, 'one first attempt: the stored send’s');
   });
 
   it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {

@@ -79,6 +79,9 @@ const LEASE_TIMEOUTS = 6;
  * each). No worker of any process claims the row meanwhile; if the process dies, the row is taken over
  * once the lease ends.
  */
+/** A first attempt's `stored` for a pair whose store has already answered that it is new here. */
+const STORED = Promise.resolve(true);
+
 export function firstAttemptLeaseMs(config: Pick<Config, 's2sTimeoutMs'>): number {
   return 2 * config.s2sTimeoutMs;
 }
@@ -205,13 +208,24 @@ export class DeliveryEngine {
   }
 
   /**
-   * The first attempt (docs/protocol.md §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
+   * The first attempt (docs/protocol.md §6.2) for a pair stored with attempt 1 scheduled: calls the remote
    * routes in parallel and resolves after the first success or after all failed, with the revision's
    * state then and whether this attempt changed it (only such a change is this attempt's to report:
    * the worker reports its own). The remaining calls run on in the background; then the pair goes to
    * the sender's second server.
+   *
+   * `stored` lets the calls start while the pair is still being stored (decision 57): it resolves (never
+   * rejects) once the store has answered, true when the store made this revision new here. Nothing is
+   * recorded and nothing forwarded before it, and nothing at all when it is false: the calls' answers are
+   * then dropped (the recipient's servers store idempotently, as for any repeated delivery).
    */
-  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): FirstAttempt {
+  firstAttempt(
+    incoming: Container,
+    outgoing: Container,
+    outgoingKey: string,
+    senderPeer: string | null,
+    stored: Promise<boolean> = STORED,
+  ): FirstAttempt {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
     // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
@@ -230,7 +244,8 @@ export class DeliveryEngine {
       this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
       return null;
     });
-    const outcome = calls.then(async (delivered): Promise<FirstAttemptOutcome> => {
+    const outcome = Promise.all([calls, stored]).then(async ([delivered, fresh]): Promise<FirstAttemptOutcome> => {
+      if (!fresh) return { state: 'accepted', changed: false };
       if (!delivered) this.firstAttempts.inc({ outcome: 'accepted' });
       if (!delivered) {
         await this.releaseFirstLease(outgoingKey, outgoing, errors.join('; ') || 'no route answered');
@@ -256,8 +271,10 @@ export class DeliveryEngine {
     if (senderPeer) {
       const forward = Object.assign({}, payload, { outgoingBlobB64: toBase64(outgoing.bytes) });
       this.deps.background.run('forward to sender peer', { peer: senderPeer, key: outgoingKey }, () =>
-        outcome
-          .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
+        Promise.all([outcome, stored])
+          .then(async ([, fresh]) => {
+            if (fresh) await this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward);
+          })
           .catch((err: unknown) => {
             // Expected while the peer is down: replication (docs/protocol.md §7) repairs a failed forward.
             this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });

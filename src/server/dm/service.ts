@@ -185,15 +185,34 @@ export class DmService {
     const login = session.login;
     const pair = await this.checkPair(op, payload, login);
     const { config, clock, delivery, directory } = this.deps;
-    const stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
-    const { result, routes } = stored;
     const senderPeer = delivery
       ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null)
       : null;
+    // A recipient of other servers only: the first attempt's calls leave while the pair is stored, so the
+    // answer waits for this server's commit or the recipient's, not for one after the other (decision 57).
+    const remote = !pair.recipientServers.includes(config.serverLogin) && pair.recipientServers.length > 0;
+    let storeAnswered = (_fresh: boolean): void => {};
+    const early =
+      delivery && remote
+        ? delivery.firstAttempt(
+            pair.incoming,
+            pair.outgoing,
+            messageKeyOf(pair.outgoing),
+            senderPeer,
+            new Promise<boolean>((resolve) => (storeAnswered = resolve)),
+          )
+        : null;
+    let stored;
+    try {
+      stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
+    } finally {
+      storeAnswered(stored?.fresh ?? false);
+    }
+    const { result, routes } = stored;
     let deliveryState = stored.answer.deliveryState;
     if (delivery && stored.fresh && (routes.length > 0 || senderPeer)) {
       const outgoingKey = result.outgoing.messageKey;
-      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
+      const first = early ?? delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
         // Routes whose servers are down (their last connection failed) do not hold the answer (docs/protocol.md §6.2).
         const answerable = Promise.race([first.outcome, first.routesDown.then(() => 'down' as const)]);
