@@ -30,6 +30,7 @@ import {
   startHoldingPeer,
   startPeerCheckNetwork,
   textPair,
+  type TestPair,
   waitForRow,
 } from '../helpers/federation.js';
 import type { RunningServer } from '../../src/server/app.js';
@@ -208,44 +209,99 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(directMessagesFor(b, m.incomingKey).length, 1);
   });
 
-  it('a pair alpha’s store refuses gets the store’s error: the call’s answer is dropped, and the pair sent again is delivered', async () => {
-    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
-    const { net, alpha, alice, a } = up;
-    const beta = net.servers[1]!;
+  it('a pair alpha’s store refuses gets the store’s error: nothing is recorded or forwarded, the next sends wait for the store, and the pair sent again is delivered', async () => {
+    await using setting = await startPeerCheckNetwork();
+    const { net, alpha1, alpha2, alice, a1 } = setting;
+    const beta = await net.start(2);
+    const forwards = () => opCount(alpha2, 'ReceiveOutcomingMessage');
+    const calls = () => opCount(beta, 'ReceiveIncomingMessage');
     const attempts = async () =>
-      (await metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'delivered' })) +
-      (await metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'accepted' }));
-    const before = await attempts();
-    const calls = await opCount(beta, 'ReceiveIncomingMessage');
+      (await metric(alpha1, 'shine_delivery_first_attempts_total', { outcome: 'delivered' })) +
+      (await metric(alpha1, 'shine_delivery_first_attempts_total', { outcome: 'accepted' }));
+    const [forwarded, called, counted] = [await forwards(), await calls(), await attempts()];
+    const payloadOf = (m: TestPair) => ({ incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 });
 
     const m = textPair(alice, 'bob');
+    const next = textPair(alice, 'bob');
+    {
+      using refused = breakStore(alpha1, 'refuse', 'storePair');
+      assertError(await a1.request('SendMessagePair', payloadOf(m)), 503, 'OVERLOADED');
+      // Its call left while the store ran: beta has the copy, as after an answer that was lost.
+      await waitUntil(async () => (await calls()) === called + 1, 10_000, 'beta got the call');
+      // The store fails now: the next send is stored first, and makes no call.
+      assertError(await a1.request('SendMessagePair', payloadOf(next)), 503, 'OVERLOADED');
+      assert.equal(refused.calls, 2);
+    }
+    await alpha1.drain();
+    assert.equal(await calls(), called + 1, 'a call for a send made after the store failed');
+    assert.equal(await forwards(), forwarded, 'a pair not stored was forwarded to alpha2');
+    assert.equal(await deliveryRow(alpha1, m.outgoingKey), null, 'a row for a pair not stored');
+    assert.equal(await attempts(), counted, 'a first attempt counted for a pair not stored');
+
+    // Sent again, it is stored, delivered (beta answers for the copy it has) and forwarded once; alpha2 then
+    // delivers it too (its own first attempt).
+    assert.equal((await sendPair(a1, m)).deliveryState, 'delivered');
+    await waitForRow(alpha2, m.outgoingKey, (r) => r.state === 'delivered');
+    const before = await calls();
+    // Once more: the pair is stored already. Its call is made while the store answers, and its answer dropped.
+    assert.equal((await sendPair(a1, m)).deliveryState, 'delivered');
+    await alpha1.drain();
+    assert.equal(await calls(), before + 1, 'the call made while the store answered');
+    assert.equal(await forwards(), forwarded + 1, 'a pair stored already was forwarded again');
+    assert.equal(await attempts(), counted + 1, 'one first attempt: the stored send’s');
+    assert.equal((await deliveryRow(alpha1, m.outgoingKey))?.attempt, 1);
+  });
+
+  it('a probe of a server not answering never carries a pair alpha’s store refused', async () => {
+    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, bob, a } = up;
+    const beta = net.servers[1]!;
+    const payloadOf = (m: TestPair) => ({ incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 });
+
+    // beta fails its calls: m1's call fails, beta is not answering, and m1 is kept for beta's next probe.
+    const refusing = breakStore(beta, 'refuse');
+    const m1 = textPair(alice, 'bob');
+    assert.equal((await sendPair(a, m1)).deliveryState, 'accepted');
+    // m2's call leaves while alpha's store refuses it; beta fails it (or it is not made: one call at a time).
+    const m2 = textPair(alice, 'bob');
     {
       using _refused = breakStore(alpha, 'refuse', 'storePair');
-      const payload = { incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 };
-      assertError(await a.request('SendMessagePair', payload), 503, 'OVERLOADED');
+      assertError(await a.request('SendMessagePair', payloadOf(m2)), 503, 'OVERLOADED');
     }
-    // The call left before the store answered; beta stored the copy (the recipient may read a message whose
-    // sender was told to send it again, as after a lost answer).
-    await waitUntil(
-      async () => (await opCount(beta, 'ReceiveIncomingMessage')) === calls + 1,
-      10_000,
-      'beta got the call',
-    );
-    assert.equal(await deliveryRow(alpha, m.outgoingKey), null, 'nothing recorded for a pair not stored');
-    assert.equal(await attempts(), before, 'no first attempt counted');
-    assert.deepEqual(await history(a, 'bob').then((h) => h.filter((i) => i.messageKey === m.outgoingKey)), []);
+    await waitUntil(() => refusing.calls >= 1, 10_000, 'beta was called');
+    refusing.release();
 
-    // Sent again, it is stored and delivered: beta answers for the copy it has.
-    assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
-    assert.equal((await deliveryRow(alpha, m.outgoingKey))?.state, 'delivered');
-    // Once more: a pair already stored is answered as it stands. Its early call is made and dropped.
-    assert.equal((await sendPair(a, m)).deliveryState, 'delivered');
-    await waitUntil(
-      async () => (await opCount(beta, 'ReceiveIncomingMessage')) === calls + 3,
-      10_000,
-      'beta got each call',
-    );
-    assert.equal((await attempts()) - before, 1, 'one first attempt: the stored send’s');
+    // The probe delivers m1, the message kept for it, and its success wakes m1's row.
+    await waitForRow(alpha, m1.outgoingKey, (r) => r.state === 'delivered');
+    await alpha.drain();
+    await using b = await connectUser(beta.wsUrl, bob, 'bob-phone');
+    const keys = (await history(b, 'alice')).map((i) => i.messageKey);
+    assert.ok(keys.includes(m1.incomingKey));
+    assert.ok(!keys.includes(m2.incomingKey), 'a probe delivered the pair alpha refused');
+  });
+
+  it('a pair made long ago (a device back online) is stored before its first attempt calls', async () => {
+    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    const { net, alpha, alice, bob, a } = up;
+    const beta = net.servers[1]!;
+    await using b = await connectUser(beta.wsUrl, bob, 'bob-phone');
+    const called = await opCount(beta, 'ReceiveIncomingMessage');
+
+    using slow = breakStore(alpha, 'hang', 'storePair');
+    const old = textPair(alice, 'bob', { timeMs: Date.now() - 120_000 });
+    const answer = sendPair(a, old);
+    await waitUntil(() => slow.calls === 1, 10_000, 'alpha’s store was asked');
+    // A pair made now, sent after it on the same connection, goes while it is stored; the old one waits.
+    const now = textPair(alice, 'bob');
+    const later = sendPair(a, now);
+    await directMessageEvent(b, now.incomingKey);
+    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), called + 1, 'the old pair was called before its store');
+    assert.equal(directMessagesFor(b, old.incomingKey).length, 0);
+
+    slow.release();
+    assert.equal((await answer).deliveryState, 'delivered');
+    assert.equal((await later).deliveryState, 'delivered');
+    await directMessageEvent(b, old.incomingKey);
   });
 
   it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {

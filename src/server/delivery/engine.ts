@@ -106,6 +106,8 @@ interface RouteOptions {
   everyRoute?: boolean;
   /** Servers whose calls are running, kept up to date (a first attempt's, for waitedOut). */
   running?: Set<string>;
+  /** A first attempt's `stored`: a message is kept for a probe only once it resolves true (keepForProbe). */
+  stored?: Promise<boolean>;
 }
 
 /** A first attempt under way. */
@@ -240,6 +242,7 @@ export class DeliveryEngine {
       errors,
       routesDown: down,
       running,
+      stored: stored === STORED ? undefined : stored,
     }).catch((err: unknown): Delivered => {
       this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
       return null;
@@ -361,7 +364,7 @@ export class DeliveryEngine {
     if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, want, opts);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
-        this.callRoutes(routes, payload, want),
+        this.callRoutes(routes, payload, want, { stored: opts.stored }),
       );
     return 'local';
   }
@@ -375,7 +378,7 @@ export class DeliveryEngine {
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
-    { errors, routesDown, untriedWhenDown = false, everyRoute = false, running }: RouteOptions = {},
+    { errors, routesDown, untriedWhenDown = false, everyRoute = false, running, stored }: RouteOptions = {},
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
     const { peers, trouble } = this.deps;
@@ -395,7 +398,7 @@ export class DeliveryEngine {
       for (const server of routes) {
         const admitted = admission.get(server)!;
         if (admitted === 'skip' || (untriedWhenDown && admitted === 'down')) {
-          if (admitted === 'skip') this.keepForProbe(server, payload, want);
+          if (admitted === 'skip') this.keepForProbe(server, payload, want, stored);
           errors?.push(
             admitted === 'down'
               ? `${server}: down (its last connection failed), not called`
@@ -404,7 +407,7 @@ export class DeliveryEngine {
           if (--pending === 0) resolve(null);
           continue;
         }
-        const call = this.callOne(server, payload, want, admitted === 'probe');
+        const call = this.callOne(server, payload, want, admitted === 'probe', stored);
         if (running) {
           running.add(server);
           call.finally(() => running.delete(server)).catch(() => {});
@@ -422,13 +425,14 @@ export class DeliveryEngine {
   /**
    * One delivery call to a recipient server: resolves with its receipt, checked, or rejects. Its outcome goes to
    * the server's trouble record (`probe`: it is the one call admitted to a server not answering); the call runs to
-   * its end where drain() can see it, even when its caller no longer waits for it.
+   * its end where drain() can see it, even when its caller no longer waits for it. `stored`: as keepForProbe's.
    */
   private callOne(
     server: string,
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
     probe: boolean,
+    stored?: Promise<boolean>,
   ): Promise<DeliveryReceipt> {
     const { trouble, clock } = this.deps;
     const started = performance.now();
@@ -466,10 +470,9 @@ export class DeliveryEngine {
           this.s2sErrors.inc({ peer: server });
           const notAnswering = trouble?.failed(server, err, probe) ?? false;
           this.deps.log.debug('delivery call failed', { server, err: String(err) });
-          if (notAnswering) {
-            this.keepForProbe(server, payload, want);
-            this.probeLater(server, startedAtMs);
-          } else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
+          if (notAnswering)
+            this.keepForProbe(server, payload, want, stored, () => this.probeLater(server, startedAtMs));
+          else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
           throw err;
         },
       );
@@ -477,8 +480,22 @@ export class DeliveryEngine {
     return settled;
   }
 
-  /** A call to a server not answering was not made, or failed: its message is the next probe's. */
-  private keepForProbe(server: string, payload: OpPayload<'ReceiveIncomingMessage'>, want: ReceiptExpectation): void {
+  /**
+   * A call to a server not answering was not made, or failed: its message is the next probe's, then `kept` runs.
+   * A first attempt's call may leave before its pair is stored here (decision 57): its message is kept only once
+   * `stored` resolves true, so a probe never delivers a pair this server refused.
+   */
+  private keepForProbe(
+    server: string,
+    payload: OpPayload<'ReceiveIncomingMessage'>,
+    want: ReceiptExpectation,
+    stored?: Promise<boolean>,
+    kept?: () => void,
+  ): void {
+    if (stored) {
+      void stored.then((fresh) => fresh && this.keepForProbe(server, payload, want, undefined, kept));
+      return;
+    }
     const p = this.probes.get(server);
     if (p) Object.assign(p, { payload, want });
     else
@@ -488,6 +505,7 @@ export class DeliveryEngine {
         timer: null,
         waitMs: Math.min(PROBE_FIRST_MS, this.deps.config.s2sTimeoutMs),
       });
+    kept?.();
   }
 
   /**

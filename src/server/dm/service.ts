@@ -66,6 +66,11 @@ export interface CheckedPair {
 }
 
 const REPLAY_PAGE = 500;
+/**
+ * A pair made (or revised, or re-encrypted) at most this long ago may have its first attempt's calls leave while it
+ * is stored (decision 57); an older one — a device sending what it kept while offline — is stored first.
+ */
+const EARLY_CALLS_MAX_AGE_MS = 60_000;
 const HOUR = 3_600_000;
 /**
  * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
@@ -180,6 +185,9 @@ export class DmService {
     return problems;
   }
 
+  /** The last client pair this server tried to store failed: first attempts wait for the store (decision 57). */
+  private storeFailing = false;
+
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
   async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: UserSession): Promise<PairAnswer> {
     const login = session.login;
@@ -190,21 +198,32 @@ export class DmService {
       : null;
     // A recipient of other servers only: the first attempt's calls leave while the pair is stored, so the
     // answer waits for this server's commit or the recipient's, not for one after the other (decision 57).
-    const remote = !pair.recipientServers.includes(config.serverLogin) && pair.recipientServers.length > 0;
+    // Not for a pair made long ago (a device sending what it kept offline), nor while the store fails.
+    const { outgoing } = pair;
+    const made = Math.max(outgoing.timeMs, outgoing.revisionTimeMs, outgoing.reencryptedAtMs);
+    const callEarly =
+      delivery &&
+      !this.storeFailing &&
+      made >= clock.now() - EARLY_CALLS_MAX_AGE_MS &&
+      !pair.recipientServers.includes(config.serverLogin) &&
+      pair.recipientServers.length > 0;
     let storeAnswered = (_fresh: boolean): void => {};
-    const early =
-      delivery && remote
-        ? delivery.firstAttempt(
-            pair.incoming,
-            pair.outgoing,
-            messageKeyOf(pair.outgoing),
-            senderPeer,
-            new Promise<boolean>((resolve) => (storeAnswered = resolve)),
-          )
-        : null;
+    const early = callEarly
+      ? delivery.firstAttempt(
+          pair.incoming,
+          pair.outgoing,
+          messageKeyOf(pair.outgoing),
+          senderPeer,
+          new Promise<boolean>((resolve) => (storeAnswered = resolve)),
+        )
+      : null;
     let stored;
     try {
       stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
+      this.storeFailing = false;
+    } catch (err) {
+      this.storeFailing = true;
+      throw err;
     } finally {
       storeAnswered(stored?.fresh ?? false);
     }
