@@ -77,6 +77,11 @@ export interface FederatedSendResult {
   fixedRate: {
     targetPairsPerSec: number;
     achievedSendRate: number;
+    /**
+     * How long before its send each paced pair was stamped (its timeMs): the build and the throughput phase. Past
+     * a minute, A stores each pair before its first attempt calls (docs/protocol.md decision 57).
+     */
+    stampAgeMs: number;
     seconds: number;
     pairs: number;
     sendToDeliveredMsP50: number;
@@ -521,6 +526,9 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const fixedDbCpu = await backendCpuMeter(started.dbUrls);
     fixedDbCpu.mark();
     t0 = performance.now();
+    const stampAgeMs = Date.now() - base;
+    if (stampAgeMs > 60_000)
+      process.stderr.write(`the paced pairs were stamped ${stampAgeMs} ms before their sends: the slower path\n`);
     const inFlight: Promise<unknown>[] = [];
     for (let n = 0; n < total; n++) {
       const due = t0 + (n * 1000) / RATE;
@@ -536,6 +544,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const fixedRate = {
       targetPairsPerSec: RATE,
       achievedSendRate: Math.round(total / (sendingMs / 1000)),
+      stampAgeMs,
       seconds: SECONDS,
       pairs: total,
       sendToDeliveredMsP50: pct(lat, 0.5),

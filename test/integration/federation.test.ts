@@ -34,6 +34,7 @@ import {
   waitForRow,
 } from '../helpers/federation.js';
 import type { RunningServer } from '../../src/server/app.js';
+import type { DeliveryEngine } from '../../src/server/delivery/engine.js';
 import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
 import { assertError } from '../helpers/assert.js';
@@ -130,6 +131,18 @@ function breakStore(s: RunningServer, how: 'hang' | 'refuse', what: 'storeCopy' 
     },
   });
   return broken;
+}
+
+/** Counts the server's first attempts started before their pair's store answered (docs/protocol.md decision 57). */
+function countEarlyAttempts(s: RunningServer): { count: number } {
+  const delivery = (s.ctx.dm as unknown as { deps: { delivery: DeliveryEngine } }).deps.delivery;
+  const firstAttempt = delivery.firstAttempt.bind(delivery);
+  const seen = { count: 0 };
+  delivery.firstAttempt = (...args: Parameters<DeliveryEngine['firstAttempt']>) => {
+    if (args[4] !== undefined) seen.count++;
+    return firstAttempt(...args);
+  };
+  return seen;
 }
 
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
@@ -258,6 +271,8 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const beta = net.servers[1]!;
     const payloadOf = (m: TestPair) => ({ incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 });
 
+    const accepted = () => metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'accepted' });
+    const acceptedBefore = await accepted();
     // beta fails its calls: m1's call fails, beta is not answering, and m1 is kept for beta's next probe.
     const refusing = breakStore(beta, 'refuse');
     const m1 = textPair(alice, 'bob');
@@ -278,30 +293,63 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     const keys = (await history(b, 'alice')).map((i) => i.messageKey);
     assert.ok(keys.includes(m1.incomingKey));
     assert.ok(!keys.includes(m2.incomingKey), 'a probe delivered the pair alpha refused');
+    assert.equal((await accepted()) - acceptedBefore, 1, 'm2’s failed call counted as a first attempt');
   });
 
   it('a pair made long ago (a device back online) is stored before its first attempt calls', async () => {
-    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
+    // alpha's clock stands still: its store in flight never counts as stuck here (that case is the next test's).
+    await using up = await alphaAndBeta(
+      server('alpha', { ...SLOW_SECOND_ATTEMPT, clock: new ManualClock(Date.now()) }),
+    );
     const { net, alpha, alice, bob, a } = up;
-    const beta = net.servers[1]!;
-    await using b = await connectUser(beta.wsUrl, bob, 'bob-phone');
-    const called = await opCount(beta, 'ReceiveIncomingMessage');
+    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
+    const early = countEarlyAttempts(alpha);
 
     using slow = breakStore(alpha, 'hang', 'storePair');
     const old = textPair(alice, 'bob', { timeMs: Date.now() - 120_000 });
     const answer = sendPair(a, old);
     await waitUntil(() => slow.calls === 1, 10_000, 'alpha’s store was asked');
-    // A pair made now, sent after it on the same connection, goes while it is stored; the old one waits.
+    assert.equal(early.count, 0, 'the old pair’s calls left before its store');
+    // A pair made now goes while it is stored.
     const now = textPair(alice, 'bob');
     const later = sendPair(a, now);
     await directMessageEvent(b, now.incomingKey);
-    assert.equal(await opCount(beta, 'ReceiveIncomingMessage'), called + 1, 'the old pair was called before its store');
+    assert.equal(early.count, 1);
     assert.equal(directMessagesFor(b, old.incomingKey).length, 0);
 
     slow.release();
     assert.equal((await answer).deliveryState, 'delivered');
     assert.equal((await later).deliveryState, 'delivered');
     await directMessageEvent(b, old.incomingKey);
+  });
+
+  it('while a store of alpha’s hangs (a stuck database), the next pairs are stored before their first attempts call', async () => {
+    const clock = new ManualClock(Date.now());
+    // Calls time out after a minute, so the heartbeat (a few pings a timeout) has no ping due as the clock moves.
+    await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, clock, s2sTimeoutMs: 60_000 }));
+    const { net, alpha, alice, bob, a } = up;
+    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
+    const early = countEarlyAttempts(alpha);
+
+    using slow = breakStore(alpha, 'hang', 'storePair');
+    const m1 = textPair(alice, 'bob');
+    const first = sendPair(a, m1);
+    await directMessageEvent(b, m1.incomingKey);
+    assert.equal(early.count, 1);
+    // m1's store has hung for over a second: m2 waits for its own store before any call.
+    clock.advance(1_500);
+    const m2 = textPair(alice, 'bob');
+    const second = sendPair(a, m2);
+    await waitUntil(() => slow.calls === 2, 10_000, 'alpha’s store was asked for m2');
+    assert.equal(early.count, 1, 'm2’s calls left while a store hung');
+
+    slow.release();
+    assert.equal((await first).deliveryState, 'delivered');
+    assert.equal((await second).deliveryState, 'delivered');
+    await directMessageEvent(b, m2.incomingKey);
+    // Stores answer again: the next pair goes while it is stored.
+    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
+    assert.equal(early.count, 2);
   });
 
   it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {

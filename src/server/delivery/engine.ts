@@ -70,6 +70,9 @@ interface Probe {
   waitMs: number;
 }
 
+/** A first attempt's `stored` for a pair whose store has already answered that it is new here. */
+const STORED = Promise.resolve(true);
+
 /** A claimed row's lease, in call timeouts. */
 const LEASE_TIMEOUTS = 6;
 
@@ -79,9 +82,6 @@ const LEASE_TIMEOUTS = 6;
  * each). No worker of any process claims the row meanwhile; if the process dies, the row is taken over
  * once the lease ends.
  */
-/** A first attempt's `stored` for a pair whose store has already answered that it is new here. */
-const STORED = Promise.resolve(true);
-
 export function firstAttemptLeaseMs(config: Pick<Config, 's2sTimeoutMs'>): number {
   return 2 * config.s2sTimeoutMs;
 }
@@ -493,7 +493,12 @@ export class DeliveryEngine {
     kept?: () => void,
   ): void {
     if (stored) {
-      void stored.then((fresh) => fresh && this.keepForProbe(server, payload, want, undefined, kept));
+      // Kept only if the server still does not answer by then (a success meanwhile stopped its probes). Either
+      // way `kept` runs, so the next probe is still set with the message kept before, if any.
+      void stored.then((fresh) => {
+        if (fresh && this.deps.trouble?.get(server)?.notAnswering !== false) this.keepForProbe(server, payload, want);
+        kept?.();
+      });
       return;
     }
     const p = this.probes.get(server);

@@ -71,6 +71,8 @@ const REPLAY_PAGE = 500;
  * is stored (decision 57); an older one — a device sending what it kept while offline — is stored first.
  */
 const EARLY_CALLS_MAX_AGE_MS = 60_000;
+/** A client pair's store in flight this long (a stuck database) makes the next pairs' first attempts wait for theirs. */
+const STORE_STUCK_MS = 1_000;
 const HOUR = 3_600_000;
 /**
  * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
@@ -185,8 +187,12 @@ export class DmService {
     return problems;
   }
 
-  /** The last client pair this server tried to store failed: first attempts wait for the store (decision 57). */
-  private storeFailing = false;
+  /**
+   * Client pairs' stores, for decision 57: each numbered as it starts, the ones in flight by number with their
+   * start, and the numbers of the latest to fail and to succeed. While the latest store to finish (by start) failed,
+   * or one has been in flight for STORE_STUCK_MS, a pair's first attempt waits for its store.
+   */
+  private readonly stores = { started: 0, failed: 0, succeeded: 0, inFlight: new Map<number, number>() };
 
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
   async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: UserSession): Promise<PairAnswer> {
@@ -201,10 +207,14 @@ export class DmService {
     // Not for a pair made long ago (a device sending what it kept offline), nor while the store fails.
     const { outgoing } = pair;
     const made = Math.max(outgoing.timeMs, outgoing.revisionTimeMs, outgoing.reencryptedAtMs);
+    const now = clock.now();
+    const stores = this.stores;
+    const oldest = stores.inFlight.values().next();
     const callEarly =
       delivery &&
-      !this.storeFailing &&
-      made >= clock.now() - EARLY_CALLS_MAX_AGE_MS &&
+      stores.failed <= stores.succeeded &&
+      (oldest.done === true || now - oldest.value < STORE_STUCK_MS) &&
+      made >= now - EARLY_CALLS_MAX_AGE_MS &&
       !pair.recipientServers.includes(config.serverLogin) &&
       pair.recipientServers.length > 0;
     let storeAnswered = (_fresh: boolean): void => {};
@@ -218,13 +228,16 @@ export class DmService {
         )
       : null;
     let stored;
+    const seq = ++stores.started;
+    stores.inFlight.set(seq, now);
     try {
       stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
-      this.storeFailing = false;
+      stores.succeeded = Math.max(stores.succeeded, seq);
     } catch (err) {
-      this.storeFailing = true;
+      stores.failed = Math.max(stores.failed, seq);
       throw err;
     } finally {
+      stores.inFlight.delete(seq);
       storeAnswered(stored?.fresh ?? false);
     }
     const { result, routes } = stored;
