@@ -77,11 +77,6 @@ export interface FederatedSendResult {
   fixedRate: {
     targetPairsPerSec: number;
     achievedSendRate: number;
-    /**
-     * How long before its send each paced pair was stamped (its timeMs): the build and the throughput phase. Past
-     * a minute, A stores each pair before its first attempt calls (docs/protocol.md decision 57).
-     */
-    stampAgeMs: number;
     seconds: number;
     pairs: number;
     sendToDeliveredMsP50: number;
@@ -465,22 +460,17 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const { senders, recipients } = benchUsers(CLIENTS);
     // Signing and encryption are the clients' work: all done before the clocks start, and before the
     // senders connect (building many pairs blocks this process longer than the servers wait for a pong).
-    // Each pair is stamped as a client stamps it, when it is sent: the paced ones at their place in the
-    // schedule, counted from the build (so a few seconds early). A pair made more than a minute before it
-    // is sent takes a slower path, stored before its first attempt calls (docs/protocol.md decision 57).
-    const base = Date.now();
-    const build = (i: number, k: number, timeMs = base + k): BuiltPair =>
+    const base = Date.now() - 60_000;
+    const build = (i: number, k: number): BuiltPair =>
       textPair(
         senders[i]!,
         { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
         `message ${k} from alice${i}`,
-        { timeMs },
+        { timeMs: base + k },
       );
     const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
     const total = RATE * SECONDS;
-    const paced = Array.from({ length: total }, (_, n) =>
-      build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS), base + Math.floor((n * 1000) / RATE)),
-    );
+    const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
 
     let tracker = new Tracker();
     clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));
@@ -526,9 +516,6 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const fixedDbCpu = await backendCpuMeter(started.dbUrls);
     fixedDbCpu.mark();
     t0 = performance.now();
-    const stampAgeMs = Date.now() - base;
-    if (stampAgeMs > 60_000)
-      process.stderr.write(`the paced pairs were stamped ${stampAgeMs} ms before their sends: the slower path\n`);
     const inFlight: Promise<unknown>[] = [];
     for (let n = 0; n < total; n++) {
       const due = t0 + (n * 1000) / RATE;
@@ -544,7 +531,6 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const fixedRate = {
       targetPairsPerSec: RATE,
       achievedSendRate: Math.round(total / (sendingMs / 1000)),
-      stampAgeMs,
       seconds: SECONDS,
       pairs: total,
       sendToDeliveredMsP50: pct(lat, 0.5),

@@ -30,14 +30,11 @@ import {
   startHoldingPeer,
   startPeerCheckNetwork,
   textPair,
-  type TestPair,
   waitForRow,
 } from '../helpers/federation.js';
 import type { RunningServer } from '../../src/server/app.js';
-import type { DeliveryEngine } from '../../src/server/delivery/engine.js';
 import type { NetworkServerSpec } from '../helpers/network.js';
 import { startNetwork } from '../helpers/network.js';
-import { assertError } from '../helpers/assert.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import type { RawClient } from '../helpers/raw-client.js';
 import { connectUser, makeUser, profileFor } from '../helpers/users.js';
@@ -106,43 +103,28 @@ const sendWhileDown = (down: { a: RawClient; alice: ReturnType<typeof makeUser> 
 /**
  * Fault injection, as with a stuck database: until released (or disposed of), the server's store hangs on every
  * copy (`hang`: the copies go on after the release) or refuses it with OVERLOADED (`refuse`), while its process
- * and its connections run on (pongs come back). `calls` counts the copies it got. `what` picks the write: a copy
- * from a peer (`storeCopy`, by default) or a client's pair (`storePair`).
+ * and its connections run on (pongs come back). `calls` counts the copies it got.
  */
-function breakStore(s: RunningServer, how: 'hang' | 'refuse', what: 'storeCopy' | 'storePair' = 'storeCopy') {
+function breakStore(s: RunningServer, how: 'hang' | 'refuse') {
   const messages = s.ctx.store.messages;
-  const write = messages[what].bind(messages) as (input: unknown) => Promise<never>;
+  const storeCopy = messages.storeCopy.bind(messages);
   let go = (): void => {};
   const released = new Promise<void>((resolve) => (go = resolve));
   const broken = {
     calls: 0,
     release(): void {
       go();
-      Object.assign(messages, { [what]: write });
+      messages.storeCopy = storeCopy;
     },
     [Symbol.dispose]: () => broken.release(),
   };
-  Object.assign(messages, {
-    [what]: (input: unknown) => {
-      broken.calls++;
-      return how === 'hang'
-        ? released.then(() => write(input))
-        : Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
-    },
-  });
-  return broken;
-}
-
-/** Counts the server's first attempts started before their pair's store answered (docs/protocol.md decision 57). */
-function countEarlyAttempts(s: RunningServer): { count: number } {
-  const delivery = (s.ctx.dm as unknown as { deps: { delivery: DeliveryEngine } }).deps.delivery;
-  const firstAttempt = delivery.firstAttempt.bind(delivery);
-  const seen = { count: 0 };
-  delivery.firstAttempt = (...args: Parameters<DeliveryEngine['firstAttempt']>) => {
-    if (args[4] !== undefined) seen.count++;
-    return firstAttempt(...args);
+  messages.storeCopy = (input) => {
+    broken.calls++;
+    return how === 'hang'
+      ? released.then(() => storeCopy(input))
+      : Promise.reject(new ShineError('OVERLOADED', 'the database is stuck (test)'));
   };
-  return seen;
+  return broken;
 }
 
 /** For tests that count calls of one attempt: the worker's attempt 2 comes only after a minute. */
@@ -193,163 +175,6 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal(deleted.deliveryState, 'delivered');
     assert.equal((await gone).messageKey, deleted.incomingKey);
     assert.deepEqual((await cb.history('alice')).items, []);
-  });
-
-  it('the first attempt’s call leaves while alpha stores the pair: beta has the copy first, and the answer waits for both', async () => {
-    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
-    const { net, alpha, alice, bob, a } = up;
-    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
-    const attempts = () => metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'delivered' });
-    const before = await attempts();
-
-    // alpha's store takes its time (a slow disk): its write of the pair has not answered yet.
-    using slow = breakStore(alpha, 'hang', 'storePair');
-    const m = textPair(alice, 'bob');
-    let answered = false;
-    const answer = sendPair(a, m).finally(() => (answered = true));
-    await directMessageEvent(b, m.incomingKey);
-    await waitUntil(() => slow.calls === 1, 10_000, 'alpha’s store was asked');
-    assert.equal(answered, false, 'the answer waits for alpha’s own store');
-    assert.equal(await deliveryRow(alpha, m.outgoingKey), null, 'nothing recorded before the store');
-
-    slow.release();
-    assert.equal((await answer).deliveryState, 'delivered');
-    const row = await deliveryRow(alpha, m.outgoingKey);
-    assert.equal(row?.state, 'delivered');
-    assert.equal(row?.attempt, 1);
-    assert.ok(row?.proof, 'beta’s receipt kept as the proof');
-    assert.equal((await attempts()) - before, 1);
-    assert.equal(directMessagesFor(b, m.incomingKey).length, 1);
-  });
-
-  it('a pair alpha’s store refuses gets the store’s error: nothing is recorded or forwarded, the next sends wait for the store, and the pair sent again is delivered', async () => {
-    await using setting = await startPeerCheckNetwork();
-    const { net, alpha1, alpha2, alice, a1 } = setting;
-    const beta = await net.start(2);
-    const forwards = () => opCount(alpha2, 'ReceiveOutcomingMessage');
-    const calls = () => opCount(beta, 'ReceiveIncomingMessage');
-    const attempts = async () =>
-      (await metric(alpha1, 'shine_delivery_first_attempts_total', { outcome: 'delivered' })) +
-      (await metric(alpha1, 'shine_delivery_first_attempts_total', { outcome: 'accepted' }));
-    const [forwarded, called, counted] = [await forwards(), await calls(), await attempts()];
-    const payloadOf = (m: TestPair) => ({ incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 });
-
-    const m = textPair(alice, 'bob');
-    const next = textPair(alice, 'bob');
-    {
-      using refused = breakStore(alpha1, 'refuse', 'storePair');
-      assertError(await a1.request('SendMessagePair', payloadOf(m)), 503, 'OVERLOADED');
-      // Its call left while the store ran: beta has the copy, as after an answer that was lost.
-      await waitUntil(async () => (await calls()) === called + 1, 10_000, 'beta got the call');
-      // The store fails now: the next send is stored first, and makes no call.
-      assertError(await a1.request('SendMessagePair', payloadOf(next)), 503, 'OVERLOADED');
-      assert.equal(refused.calls, 2);
-    }
-    await alpha1.drain();
-    assert.equal(await calls(), called + 1, 'a call for a send made after the store failed');
-    assert.equal(await forwards(), forwarded, 'a pair not stored was forwarded to alpha2');
-    assert.equal(await deliveryRow(alpha1, m.outgoingKey), null, 'a row for a pair not stored');
-    assert.equal(await attempts(), counted, 'a first attempt counted for a pair not stored');
-
-    // Sent again, it is stored, delivered (beta answers for the copy it has) and forwarded once; alpha2 then
-    // delivers it too (its own first attempt).
-    assert.equal((await sendPair(a1, m)).deliveryState, 'delivered');
-    await waitForRow(alpha2, m.outgoingKey, (r) => r.state === 'delivered');
-    const before = await calls();
-    // Once more: the pair is stored already. Its call is made while the store answers, and its answer dropped.
-    assert.equal((await sendPair(a1, m)).deliveryState, 'delivered');
-    await alpha1.drain();
-    assert.equal(await calls(), before + 1, 'the call made while the store answered');
-    assert.equal(await forwards(), forwarded + 1, 'a pair stored already was forwarded again');
-    assert.equal(await attempts(), counted + 1, 'one first attempt: the stored send’s');
-    assert.equal((await deliveryRow(alpha1, m.outgoingKey))?.attempt, 1);
-  });
-
-  it('a probe of a server not answering never carries a pair alpha’s store refused', async () => {
-    await using up = await alphaAndBeta(server('alpha', SLOW_SECOND_ATTEMPT));
-    const { net, alpha, alice, bob, a } = up;
-    const beta = net.servers[1]!;
-    const payloadOf = (m: TestPair) => ({ incomingBlobB64: m.incomingBlobB64, outgoingBlobB64: m.outgoingBlobB64 });
-
-    const accepted = () => metric(alpha, 'shine_delivery_first_attempts_total', { outcome: 'accepted' });
-    const acceptedBefore = await accepted();
-    // beta fails its calls: m1's call fails, beta is not answering, and m1 is kept for beta's next probe.
-    const refusing = breakStore(beta, 'refuse');
-    const m1 = textPair(alice, 'bob');
-    assert.equal((await sendPair(a, m1)).deliveryState, 'accepted');
-    // m2's call leaves while alpha's store refuses it; beta fails it (or it is not made: one call at a time).
-    const m2 = textPair(alice, 'bob');
-    {
-      using _refused = breakStore(alpha, 'refuse', 'storePair');
-      assertError(await a.request('SendMessagePair', payloadOf(m2)), 503, 'OVERLOADED');
-    }
-    await waitUntil(() => refusing.calls >= 1, 10_000, 'beta was called');
-    refusing.release();
-
-    // The probe delivers m1, the message kept for it, and its success wakes m1's row.
-    await waitForRow(alpha, m1.outgoingKey, (r) => r.state === 'delivered');
-    await alpha.drain();
-    await using b = await connectUser(beta.wsUrl, bob, 'bob-phone');
-    const keys = (await history(b, 'alice')).map((i) => i.messageKey);
-    assert.ok(keys.includes(m1.incomingKey));
-    assert.ok(!keys.includes(m2.incomingKey), 'a probe delivered the pair alpha refused');
-    assert.equal((await accepted()) - acceptedBefore, 1, 'm2’s failed call counted as a first attempt');
-  });
-
-  it('a pair made long ago (a device back online) is stored before its first attempt calls', async () => {
-    // alpha's clock stands still: its store in flight never counts as stuck here (that case is the next test's).
-    await using up = await alphaAndBeta(
-      server('alpha', { ...SLOW_SECOND_ATTEMPT, clock: new ManualClock(Date.now()) }),
-    );
-    const { net, alpha, alice, bob, a } = up;
-    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
-    const early = countEarlyAttempts(alpha);
-
-    using slow = breakStore(alpha, 'hang', 'storePair');
-    const old = textPair(alice, 'bob', { timeMs: Date.now() - 120_000 });
-    const answer = sendPair(a, old);
-    await waitUntil(() => slow.calls === 1, 10_000, 'alpha’s store was asked');
-    assert.equal(early.count, 0, 'the old pair’s calls left before its store');
-    // A pair made now goes while it is stored.
-    const now = textPair(alice, 'bob');
-    const later = sendPair(a, now);
-    await directMessageEvent(b, now.incomingKey);
-    assert.equal(early.count, 1);
-    assert.equal(directMessagesFor(b, old.incomingKey).length, 0);
-
-    slow.release();
-    assert.equal((await answer).deliveryState, 'delivered');
-    assert.equal((await later).deliveryState, 'delivered');
-    await directMessageEvent(b, old.incomingKey);
-  });
-
-  it('while a store of alpha’s hangs (a stuck database), the next pairs are stored before their first attempts call', async () => {
-    const clock = new ManualClock(Date.now());
-    // Calls time out after a minute, so the heartbeat (a few pings a timeout) has no ping due as the clock moves.
-    await using up = await alphaAndBeta(server('alpha', { ...SLOW_SECOND_ATTEMPT, clock, s2sTimeoutMs: 60_000 }));
-    const { net, alpha, alice, bob, a } = up;
-    await using b = await connectUser(net.servers[1]!.wsUrl, bob, 'bob-phone');
-    const early = countEarlyAttempts(alpha);
-
-    using slow = breakStore(alpha, 'hang', 'storePair');
-    const m1 = textPair(alice, 'bob');
-    const first = sendPair(a, m1);
-    await directMessageEvent(b, m1.incomingKey);
-    assert.equal(early.count, 1);
-    // m1's store has hung for over a second: m2 waits for its own store before any call.
-    clock.advance(1_500);
-    const m2 = textPair(alice, 'bob');
-    const second = sendPair(a, m2);
-    await waitUntil(() => slow.calls === 2, 10_000, 'alpha’s store was asked for m2');
-    assert.equal(early.count, 1, 'm2’s calls left while a store hung');
-
-    slow.release();
-    assert.equal((await first).deliveryState, 'delivered');
-    assert.equal((await second).deliveryState, 'delivered');
-    await directMessageEvent(b, m2.incomingKey);
-    // Stores answer again: the next pair goes while it is stored.
-    assert.equal((await sendPair(a, textPair(alice, 'bob'))).deliveryState, 'delivered');
-    assert.equal(early.count, 2);
   });
 
   it('b) bob on beta1+beta2 with beta1 down: delivered through beta2; beta1 is never sent the copy later', async () => {

@@ -70,9 +70,6 @@ interface Probe {
   waitMs: number;
 }
 
-/** A first attempt's `stored` for a pair whose store has already answered that it is new here. */
-const STORED = Promise.resolve(true);
-
 /** A claimed row's lease, in call timeouts. */
 const LEASE_TIMEOUTS = 6;
 
@@ -106,8 +103,6 @@ interface RouteOptions {
   everyRoute?: boolean;
   /** Servers whose calls are running, kept up to date (a first attempt's, for waitedOut). */
   running?: Set<string>;
-  /** A first attempt's `stored`: a message is kept for a probe only once it resolves true (keepForProbe). */
-  stored?: Promise<boolean>;
 }
 
 /** A first attempt under way. */
@@ -210,24 +205,13 @@ export class DeliveryEngine {
   }
 
   /**
-   * The first attempt (docs/protocol.md §6.2) for a pair stored with attempt 1 scheduled: calls the remote
+   * The first attempt (docs/protocol.md §6.2) for a pair just stored with attempt 1 scheduled: calls the remote
    * routes in parallel and resolves after the first success or after all failed, with the revision's
    * state then and whether this attempt changed it (only such a change is this attempt's to report:
    * the worker reports its own). The remaining calls run on in the background; then the pair goes to
    * the sender's second server.
-   *
-   * `stored` lets the calls start while the pair is still being stored (decision 57): it resolves (never
-   * rejects) once the store has answered, true when the store made this revision new here. Nothing is
-   * recorded and nothing forwarded before it, and nothing at all when it is false: the calls' answers are
-   * then dropped (the recipient's servers store idempotently, as for any repeated delivery).
    */
-  firstAttempt(
-    incoming: Container,
-    outgoing: Container,
-    outgoingKey: string,
-    senderPeer: string | null,
-    stored: Promise<boolean> = STORED,
-  ): FirstAttempt {
+  firstAttempt(incoming: Container, outgoing: Container, outgoingKey: string, senderPeer: string | null): FirstAttempt {
     const payload = { incomingBlobB64: toBase64(incoming.bytes), sourceServerLogin: this.deps.config.serverLogin };
     // Never rejects: callers chain on it without a catch of their own.
     // The refresh may take at most half the sender's wait, so the calls still fit in the answer.
@@ -242,13 +226,11 @@ export class DeliveryEngine {
       errors,
       routesDown: down,
       running,
-      stored: stored === STORED ? undefined : stored,
     }).catch((err: unknown): Delivered => {
       this.deps.log.error('first attempt failed', { key: outgoingKey, err: String(err) });
       return null;
     });
-    const outcome = Promise.all([calls, stored]).then(async ([delivered, fresh]): Promise<FirstAttemptOutcome> => {
-      if (!fresh) return { state: 'accepted', changed: false };
+    const outcome = calls.then(async (delivered): Promise<FirstAttemptOutcome> => {
       if (!delivered) this.firstAttempts.inc({ outcome: 'accepted' });
       if (!delivered) {
         await this.releaseFirstLease(outgoingKey, outgoing, errors.join('; ') || 'no route answered');
@@ -274,10 +256,8 @@ export class DeliveryEngine {
     if (senderPeer) {
       const forward = Object.assign({}, payload, { outgoingBlobB64: toBase64(outgoing.bytes) });
       this.deps.background.run('forward to sender peer', { peer: senderPeer, key: outgoingKey }, () =>
-        Promise.all([outcome, stored])
-          .then(async ([, fresh]) => {
-            if (fresh) await this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward);
-          })
+        outcome
+          .then(() => this.deps.peers.call(senderPeer, 'ReceiveOutcomingMessage', forward))
           .catch((err: unknown) => {
             // Expected while the peer is down: replication (docs/protocol.md §7) repairs a failed forward.
             this.deps.log.debug('forward to sender peer failed', { peer: senderPeer, err: String(err) });
@@ -364,7 +344,7 @@ export class DeliveryEngine {
     if (!recipient.accessServers.includes(config.serverLogin)) return this.callRoutes(routes, payload, want, opts);
     if (routes.length > 0)
       this.deps.background.run('delivery to other routes', { recipient: recipientLogin }, () =>
-        this.callRoutes(routes, payload, want, { stored: opts.stored }),
+        this.callRoutes(routes, payload, want),
       );
     return 'local';
   }
@@ -378,7 +358,7 @@ export class DeliveryEngine {
     routes: readonly string[],
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
-    { errors, routesDown, untriedWhenDown = false, everyRoute = false, running, stored }: RouteOptions = {},
+    { errors, routesDown, untriedWhenDown = false, everyRoute = false, running }: RouteOptions = {},
   ): Promise<DeliveryReceipt | null> {
     if (routes.length === 0) return Promise.resolve(null);
     const { peers, trouble } = this.deps;
@@ -398,7 +378,7 @@ export class DeliveryEngine {
       for (const server of routes) {
         const admitted = admission.get(server)!;
         if (admitted === 'skip' || (untriedWhenDown && admitted === 'down')) {
-          if (admitted === 'skip') this.keepForProbe(server, payload, want, stored);
+          if (admitted === 'skip') this.keepForProbe(server, payload, want);
           errors?.push(
             admitted === 'down'
               ? `${server}: down (its last connection failed), not called`
@@ -407,7 +387,7 @@ export class DeliveryEngine {
           if (--pending === 0) resolve(null);
           continue;
         }
-        const call = this.callOne(server, payload, want, admitted === 'probe', stored);
+        const call = this.callOne(server, payload, want, admitted === 'probe');
         if (running) {
           running.add(server);
           call.finally(() => running.delete(server)).catch(() => {});
@@ -425,14 +405,13 @@ export class DeliveryEngine {
   /**
    * One delivery call to a recipient server: resolves with its receipt, checked, or rejects. Its outcome goes to
    * the server's trouble record (`probe`: it is the one call admitted to a server not answering); the call runs to
-   * its end where drain() can see it, even when its caller no longer waits for it. `stored`: as keepForProbe's.
+   * its end where drain() can see it, even when its caller no longer waits for it.
    */
   private callOne(
     server: string,
     payload: OpPayload<'ReceiveIncomingMessage'>,
     want: ReceiptExpectation,
     probe: boolean,
-    stored?: Promise<boolean>,
   ): Promise<DeliveryReceipt> {
     const { trouble, clock } = this.deps;
     const started = performance.now();
@@ -470,9 +449,10 @@ export class DeliveryEngine {
           this.s2sErrors.inc({ peer: server });
           const notAnswering = trouble?.failed(server, err, probe) ?? false;
           this.deps.log.debug('delivery call failed', { server, err: String(err) });
-          if (notAnswering)
-            this.keepForProbe(server, payload, want, stored, () => this.probeLater(server, startedAtMs));
-          else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
+          if (notAnswering) {
+            this.keepForProbe(server, payload, want);
+            this.probeLater(server, startedAtMs);
+          } else this.stopProbing(server); // it answers, or its connection failed: the redial's wake-up is for that
           throw err;
         },
       );
@@ -480,27 +460,8 @@ export class DeliveryEngine {
     return settled;
   }
 
-  /**
-   * A call to a server not answering was not made, or failed: its message is the next probe's, then `kept` runs.
-   * A first attempt's call may leave before its pair is stored here (decision 57): its message is kept only once
-   * `stored` resolves true, so a probe never delivers a pair this server refused.
-   */
-  private keepForProbe(
-    server: string,
-    payload: OpPayload<'ReceiveIncomingMessage'>,
-    want: ReceiptExpectation,
-    stored?: Promise<boolean>,
-    kept?: () => void,
-  ): void {
-    if (stored) {
-      // Kept only if the server still does not answer by then (a success meanwhile stopped its probes). Either
-      // way `kept` runs, so the next probe is still set with the message kept before, if any.
-      void stored.then((fresh) => {
-        if (fresh && this.deps.trouble?.get(server)?.notAnswering !== false) this.keepForProbe(server, payload, want);
-        kept?.();
-      });
-      return;
-    }
+  /** A call to a server not answering was not made, or failed: its message is the next probe's. */
+  private keepForProbe(server: string, payload: OpPayload<'ReceiveIncomingMessage'>, want: ReceiptExpectation): void {
     const p = this.probes.get(server);
     if (p) Object.assign(p, { payload, want });
     else
@@ -510,7 +471,6 @@ export class DeliveryEngine {
         timer: null,
         waitMs: Math.min(PROBE_FIRST_MS, this.deps.config.s2sTimeoutMs),
       });
-    kept?.();
   }
 
   /**

@@ -66,13 +66,6 @@ export interface CheckedPair {
 }
 
 const REPLAY_PAGE = 500;
-/**
- * A pair made (or revised, or re-encrypted) at most this long ago may have its first attempt's calls leave while it
- * is stored (decision 57); an older one — a device sending what it kept while offline — is stored first.
- */
-const EARLY_CALLS_MAX_AGE_MS = 60_000;
-/** A client pair's store in flight this long (a stuck database) makes the next pairs' first attempts wait for theirs. */
-const STORE_STUCK_MS = 1_000;
 const HOUR = 3_600_000;
 /**
  * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
@@ -187,64 +180,20 @@ export class DmService {
     return problems;
   }
 
-  /**
-   * Client pairs' stores, for decision 57: each numbered as it starts, the ones in flight by number with their
-   * start, and the numbers of the latest to fail and to succeed. While the latest store to finish (by start) failed,
-   * or one has been in flight for STORE_STUCK_MS, a pair's first attempt waits for its store.
-   */
-  private readonly stores = { started: 0, failed: 0, succeeded: 0, inFlight: new Map<number, number>() };
-
   /** SendMessagePair, DeleteMessage, DeleteConversation from a client session. */
   async acceptPair(op: PairOp, payload: OpPayload<PairOp>, session: UserSession): Promise<PairAnswer> {
     const login = session.login;
     const pair = await this.checkPair(op, payload, login);
     const { config, clock, delivery, directory } = this.deps;
+    const stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
+    const { result, routes } = stored;
     const senderPeer = delivery
       ? ((await directory.lookup(login))?.accessServers.find((s) => s !== config.serverLogin) ?? null)
       : null;
-    // A recipient of other servers only: the first attempt's calls leave while the pair is stored, so the
-    // answer waits for this server's commit or the recipient's, not for one after the other (decision 57).
-    // Not for a pair made long ago (a device sending what it kept offline), nor while the store fails.
-    const { outgoing } = pair;
-    const made = Math.max(outgoing.timeMs, outgoing.revisionTimeMs, outgoing.reencryptedAtMs);
-    const now = clock.now();
-    const stores = this.stores;
-    const oldest = stores.inFlight.values().next();
-    const callEarly =
-      delivery &&
-      stores.failed <= stores.succeeded &&
-      (oldest.done === true || now - oldest.value < STORE_STUCK_MS) &&
-      made >= now - EARLY_CALLS_MAX_AGE_MS &&
-      !pair.recipientServers.includes(config.serverLogin) &&
-      pair.recipientServers.length > 0;
-    let storeAnswered = (_fresh: boolean): void => {};
-    const early = callEarly
-      ? delivery.firstAttempt(
-          pair.incoming,
-          pair.outgoing,
-          messageKeyOf(pair.outgoing),
-          senderPeer,
-          new Promise<boolean>((resolve) => (storeAnswered = resolve)),
-        )
-      : null;
-    let stored;
-    const seq = ++stores.started;
-    stores.inFlight.set(seq, now);
-    try {
-      stored = await this.storeCheckedPair(pair, { from: null, senderSession: session });
-      stores.succeeded = Math.max(stores.succeeded, seq);
-    } catch (err) {
-      stores.failed = Math.max(stores.failed, seq);
-      throw err;
-    } finally {
-      stores.inFlight.delete(seq);
-      storeAnswered(stored?.fresh ?? false);
-    }
-    const { result, routes } = stored;
     let deliveryState = stored.answer.deliveryState;
     if (delivery && stored.fresh && (routes.length > 0 || senderPeer)) {
       const outgoingKey = result.outgoing.messageKey;
-      const first = early ?? delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
+      const first = delivery.firstAttempt(pair.incoming, pair.outgoing, outgoingKey, senderPeer);
       if (deliveryState === 'accepted') {
         // Routes whose servers are down (their last connection failed) do not hold the answer (docs/protocol.md §6.2).
         const answerable = Promise.race([first.outcome, first.routesDown.then(() => 'down' as const)]);
