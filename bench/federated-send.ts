@@ -7,7 +7,8 @@
  * (BENCH_SYNC=normal for NORMAL). BENCH_DB=postgres runs both on PostgreSQL instead, each server on a fresh
  * database of its own with synchronous_commit on (printed).
  *
- * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_RATE (200),
+ * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 150), BENCH_WINDOW (4), BENCH_WARMUP (pairs per
+ * client sent and delivered before the throughput clock starts, not counted; 0), BENCH_RATE (200),
  * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_DB (sqlite | postgres; sqlite), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
  * stalls of A, B, this process and an idle witness process the pairs at or above the p99 overlapped,
  * bench/lib/tail.ts; and `stallFloor`: an idle process's stalls in 10 s before the servers start).
@@ -25,6 +26,7 @@ const r = await runFederatedSend({
   clients: Number(process.env.BENCH_CLIENTS ?? 20),
   pairs: Number(process.env.BENCH_PAIRS ?? 150),
   window: Number(process.env.BENCH_WINDOW ?? 4),
+  warmup: Number(process.env.BENCH_WARMUP ?? 0),
   rate: Number(process.env.BENCH_RATE ?? 200),
   seconds: Number(process.env.BENCH_SECONDS ?? 10),
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',

@@ -37,6 +37,12 @@ export interface FederatedSendOptions {
   pairs: number;
   /** Requests in flight per client in the throughput phase. */
   window: number;
+  /**
+   * Pairs per client sent (with `window` in flight) and delivered before the throughput clock starts, not
+   * counted (0 by default): the servers' code is then compiled and their caches warm, so the figure is their
+   * steady rate rather than one that includes their first seconds (docs/performance.md, thirty-third session).
+   */
+  warmup?: number;
   /** Pairs per second in the fixed-rate phase. */
   rate: number;
   seconds: number;
@@ -56,6 +62,7 @@ export interface FederatedSendResult {
     pairs: number;
     clients: number;
     window: number;
+    warmupPerClient: number;
     pairsPerSecDelivered: number;
     pairsPerSecAnswered: number;
     secondsUntilAllDelivered: number;
@@ -125,7 +132,8 @@ export class Tracker {
   }
 
   delivered(key: string): void {
-    if (this.deliveredAt.has(key)) return;
+    // A pair of an earlier phase (a late event for a warm-up pair) is not this tracker's.
+    if (this.deliveredAt.has(key) || !this.sentAt.has(key)) return;
     this.deliveredAt.set(key, performance.now());
     if (this.deliveredAt.size === this.sentAt.size) this.waiter?.();
   }
@@ -451,6 +459,7 @@ async function warmUp(c: ShineClient, to: string): Promise<void> {
 /** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */
 export async function runFederatedSend(opts: FederatedSendOptions): Promise<FederatedSendResult> {
   const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
+  const WARMUP = opts.warmup ?? 0;
   const tail = opts.tail ? startTailRecording() : null;
   const kind = opts.db ?? 'sqlite';
   const started = await startBenchServers({ sync: opts.sync, db: kind, ...(tail ? { env: tail.serverEnv } : {}) });
@@ -471,9 +480,16 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
     const total = RATE * SECONDS;
     const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
+    // Keys below the burst's: a message's key is its sender, recipient, timeMs and nonce.
+    const warm = senders.map((_, i) => Array.from({ length: WARMUP }, (_, k) => build(i, -1 - k)));
 
     let tracker = new Tracker();
     clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));
+    if (WARMUP > 0) {
+      await inLanes(CLIENTS, WARMUP, WINDOW, (i, k) => send(clients[i]!, warm[i]![k]!, tracker));
+      await tracker.allDelivered();
+      tracker = new Tracker();
+    }
 
     // 1. Throughput until delivered.
     let cpu0 = servers.map((s) => s.cpuMs());
@@ -495,6 +511,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       pairs: CLIENTS * PAIRS,
       clients: CLIENTS,
       window: WINDOW,
+      warmupPerClient: WARMUP,
       pairsPerSecDelivered: Math.round((CLIENTS * PAIRS) / (doneMs / 1000)),
       pairsPerSecAnswered: Math.round((CLIENTS * PAIRS) / (answeredMs / 1000)),
       secondsUntilAllDelivered: Number((doneMs / 1000).toFixed(2)),
