@@ -222,7 +222,7 @@ console.log(
       throughput: {
         value: throughputRatio,
         reads:
-          'SHiNE federated pairs/s until delivered ÷ Prosody s2s msg/s with receipts; ≥ 1.0 = SHiNE at least as fast (target 1)',
+          "SHiNE federated pairs/s until delivered, at Prosody's load shape after a warm-up (shine.throughput), ÷ Prosody s2s msg/s with receipts; ≥ 1.0 = SHiNE at least as fast (target 1)",
         targetMet: throughputRatio == null || PROFILE !== 'default' ? null : throughputRatio >= 1,
       },
       throughputCold: {

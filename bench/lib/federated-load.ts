@@ -1,7 +1,8 @@
 /**
  * Federated delivery between two `shine serve` processes on this machine: alice<i>@A (`alpha`) →
  * bob<i>@B (`beta`), every pair delivered by A's first attempt (ReceiveIncomingMessage to B) or, if
- * that is late, its worker. Measures
+ * that is late, its worker. After an optional warm-up (`warmup` pairs per client, delivered and not counted),
+ * measures
  *  - throughput: `clients` concurrent senders with `window` requests in flight each, pairs/s counted
  *    from the first send until the last pair is `delivered` (answer or DmDeliveryStateChanged event);
  *  - fixedRate: `rate` pairs/s for `seconds` s, p50/p99/max latency from send to `delivered`, and
@@ -63,6 +64,7 @@ export interface FederatedSendResult {
     clients: number;
     window: number;
     warmupPerClient: number;
+    warmupErrors: Record<string, number>;
     pairsPerSecDelivered: number;
     pairsPerSecAnswered: number;
     secondsUntilAllDelivered: number;
@@ -456,7 +458,7 @@ async function warmUp(c: ShineClient, to: string): Promise<void> {
   }
 }
 
-/** Starts A and B, runs the throughput phase then the fixed-rate phase, stops both servers. */
+/** Starts A and B, runs the warm-up (if any), the throughput phase then the fixed-rate phase, stops both servers. */
 export async function runFederatedSend(opts: FederatedSendOptions): Promise<FederatedSendResult> {
   const { clients: CLIENTS, pairs: PAIRS, window: WINDOW, rate: RATE, seconds: SECONDS } = opts;
   const WARMUP = opts.warmup ?? 0;
@@ -485,9 +487,12 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
 
     let tracker = new Tracker();
     clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));
+    // A failed warm-up pair counts as delivered: its errors are printed with the throughput.
+    let warmupErrors: Record<string, number> = {};
     if (WARMUP > 0) {
       await inLanes(CLIENTS, WARMUP, WINDOW, (i, k) => send(clients[i]!, warm[i]![k]!, tracker));
       await tracker.allDelivered();
+      warmupErrors = tracker.errors;
       tracker = new Tracker();
     }
 
@@ -512,6 +517,7 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       clients: CLIENTS,
       window: WINDOW,
       warmupPerClient: WARMUP,
+      warmupErrors,
       pairsPerSecDelivered: Math.round((CLIENTS * PAIRS) / (doneMs / 1000)),
       pairsPerSecAnswered: Math.round((CLIENTS * PAIRS) / (answeredMs / 1000)),
       secondsUntilAllDelivered: Number((doneMs / 1000).toFixed(2)),
