@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BuiltPair, Identity, ShineClient } from '../../src/client/index.js';
-import { ShineClientError, createIdentity, textPair } from '../../src/client/index.js';
+import { ShineClientError, createIdentity } from '../../src/client/index.js';
 import { messageKeyOf } from '../../src/protocol/container.js';
 import type { DeliveryState } from '../../src/protocol/ops.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
@@ -31,6 +31,8 @@ import { ascending, pct } from './percentile.js';
 import { UNLIMITED_RATE, inLanes } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
 import { startTailRecording, tailReport } from './tail.js';
+import type { PairOrder } from './build-pairs.js';
+import { buildTextPairs } from './build-pairs.js';
 
 export interface FederatedSendOptions {
   clients: number;
@@ -472,18 +474,29 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
     // Signing and encryption are the clients' work: all done before the clocks start, and before the
     // senders connect (building many pairs blocks this process longer than the servers wait for a pong).
     const base = Date.now() - 60_000;
-    const build = (i: number, k: number): BuiltPair =>
-      textPair(
-        senders[i]!,
-        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
-        `message ${k} from alice${i}`,
-        { timeMs: base + k },
-      );
-    const burst = senders.map((_, i) => Array.from({ length: PAIRS }, (_, k) => build(i, k)));
+    const order = (i: number, k: number): PairOrder => ({
+      from: i,
+      to: i,
+      text: `message ${k} from alice${i}`,
+      timeMs: base + k,
+    });
     const total = RATE * SECONDS;
-    const paced = Array.from({ length: total }, (_, n) => build(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS)));
-    // Keys below the burst's: a message's key is its sender, recipient, timeMs and nonce.
-    const warm = senders.map((_, i) => Array.from({ length: WARMUP }, (_, k) => build(i, -1 - k)));
+    const orders = [
+      ...senders.flatMap((_, i) => Array.from({ length: PAIRS }, (_, k) => order(i, k))),
+      ...Array.from({ length: total }, (_, n) => order(n % CLIENTS, PAIRS + Math.floor(n / CLIENTS))),
+      // Keys below the burst's: a message's key is its sender, recipient, timeMs and nonce.
+      ...senders.flatMap((_, i) => Array.from({ length: WARMUP }, (_, k) => order(i, -1 - k))),
+    ];
+    const built = await buildTextPairs(
+      senders,
+      recipients.map((r) => ({ login: r.login, encKey: r.encPublicKey })),
+      orders,
+    );
+    const burst = senders.map((_, i) => built.slice(i * PAIRS, (i + 1) * PAIRS));
+    const paced = built.slice(CLIENTS * PAIRS, CLIENTS * PAIRS + total);
+    const warm = senders.map((_, i) =>
+      built.slice(CLIENTS * PAIRS + total + i * WARMUP, CLIENTS * PAIRS + total + (i + 1) * WARMUP),
+    );
 
     let tracker = new Tracker();
     clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));

@@ -7,7 +7,7 @@ import WebSocket from 'ws';
 import { makeProfile, createIdentity } from '../../src/client/identity.js';
 import { ShineClient } from '../../src/client/client.js';
 import type { BuiltPair } from '../../src/client/pairs.js';
-import { textPair } from '../../src/client/pairs.js';
+import { buildTextPairs } from './build-pairs.js';
 
 export interface SendLoadOptions {
   /** WebSocket URLs of the processes of one server; client i connects to wsUrls[i % length]. */
@@ -65,18 +65,20 @@ export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult
   // Built before the clients connect: a client busy for longer than two heartbeats would miss the
   // server's pings and be dropped.
   const base = Date.now();
-  const pairs: BuiltPair[][] = senders.map((s, i) =>
-    Array.from({ length: warmup + pairsPerClient }, (_, k) =>
-      textPair(
-        s,
-        { login: recipients[i]!.login, encKey: recipients[i]!.encPublicKey },
-        `message ${k} from ${s.login}`,
-        {
-          timeMs: base + k,
-        },
-      ),
+  const perClient = warmup + pairsPerClient;
+  const built = await buildTextPairs(
+    senders,
+    recipients.map((r) => ({ login: r.login, encKey: r.encPublicKey })),
+    senders.flatMap((s, i) =>
+      Array.from({ length: perClient }, (_, k) => ({
+        from: i,
+        to: i,
+        text: `message ${k} from ${s.login}`,
+        timeMs: base + k,
+      })),
     ),
   );
+  const pairs: BuiltPair[][] = senders.map((_, i) => built.slice(i * perClient, (i + 1) * perClient));
   const clients: ShineClient[] = [];
   for (let i = 0; i < n; i++) {
     const c = await ShineClient.connect(wsUrls[i % wsUrls.length]!, { WebSocket: WebSocket as never });
