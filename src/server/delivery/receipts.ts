@@ -122,9 +122,15 @@ export async function proofSigners(
 export async function checkReceipt(
   x: unknown,
   want: ReceiptExpectation,
-  deps: { directory: Pick<Directory, 'lookupServer'>; verifier: SignatureVerifier },
+  deps: {
+    directory: Pick<Directory, 'lookupServer'>;
+    verifier: SignatureVerifier;
+    /** Where the signature is checked (a TurnVerifier); default inline with `verifier`. */
+    requestChecks?: BulkVerifier | undefined;
+  },
 ): Promise<{ receipt: DeliveryReceipt } | { problem: string }> {
-  const [checked] = await checkReceipts([{ x, want }], deps.directory, inlineBulkVerifier(deps.verifier));
+  const bulk = deps.requestChecks ?? inlineBulkVerifier(deps.verifier);
+  const [checked] = await checkReceipts([{ x, want }], deps.directory, bulk);
   return checked!;
 }
 
