@@ -14,7 +14,7 @@ import type { Config, ConfigInput } from './config/config.js';
 import { UNFEDERATED_SERVER_LOGIN, bindConfigToPort, resolveConfig } from './config/config.js';
 import type { AppContext } from './context.js';
 import { sodiumVerifier } from './crypto/verifier.js';
-import { TurnVerifier, bulkVerifier as bulkVerifierFor, inlineBulkVerifier } from './crypto/verify-pool.js';
+import { bulkVerifier as bulkVerifierFor } from './crypto/verify-pool.js';
 import { Directory } from './directory/service.js';
 import { DmService } from './dm/service.js';
 import { loadServerKey } from './keys.js';
@@ -180,37 +180,8 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       log,
       urlOf: async (server) => (await directory.lookupServer(server))?.descriptor.wsUrl ?? null,
     });
-    // Stopped after the replication that uses it.
-    const bulkVerifier = bulkVerifierFor(config.verifyThreads);
-    stoppers.push(['verify threads', () => bulkVerifier.close()]);
-    // The requests' checks of a busy turn go to the verify thread while the store's writes keep no thread busy.
-    const checkTurns = metrics.counter(
-      'request_check_turns_total',
-      "Event-loop turns of requests' signature checks, by where they ran: pool (a verify thread) or inline",
-      ['on'],
-    );
-    const requestChecks = new TurnVerifier(
-      bulkVerifier,
-      inlineBulkVerifier(verifier),
-      () => !store.writesOnThread?.(),
-      (on) => checkTurns.inc({ on }),
-    );
     delivery = new DeliveryEngine(
-      {
-        config,
-        clock,
-        store,
-        fanout,
-        directory,
-        peers,
-        log,
-        metrics,
-        background,
-        trouble,
-        verifier,
-        requestChecks,
-        serverKey,
-      },
+      { config, clock, store, fanout, directory, peers, log, metrics, background, trouble, verifier, serverKey },
       { poolSize: config.deliveryPoolSize, queueSize: config.deliveryQueueSize },
     );
     const pushStore = store.push;
@@ -229,8 +200,10 @@ export async function startServer(input: ConfigInput, deps: ServerDeps = {}): Pr
       background,
       push,
       serverKey,
-      requestChecks,
     });
+    // Stopped after the replication that uses it.
+    const bulkVerifier = bulkVerifierFor(config.verifyThreads);
+    stoppers.push(['verify threads', () => bulkVerifier.close()]);
     // A peer that authenticates here is up: calls to it stop backing off; and when it had been here
     // before (its earlier session ended: a restart, a partition), a cycle with it starts soon.
     const authenticatedBefore = new Set<string>();

@@ -4,13 +4,7 @@ import { describe, it } from 'node:test';
 import { utf8 } from '../../src/protocol/bytes.js';
 import { ed25519PublicKey, signEd25519 } from '../../src/protocol/ed25519.js';
 import type { VerifyJob } from '../../src/server/crypto/verify-pool.js';
-import {
-  TURN_OFFLOAD_MIN_JOBS,
-  TurnVerifier,
-  VerifyPool,
-  bulkVerifier,
-  inlineBulkVerifier,
-} from '../../src/server/crypto/verify-pool.js';
+import { VerifyPool, bulkVerifier, inlineBulkVerifier } from '../../src/server/crypto/verify-pool.js';
 
 const seed = Uint8Array.from({ length: 32 }, (_, i) => i + 7);
 const publicKey = ed25519PublicKey(seed);
@@ -69,33 +63,5 @@ describe('verify pool', () => {
     const inline = bulkVerifier(0);
     assert.ok(!(inline instanceof VerifyPool));
     assert.deepEqual(await inline.verifyMany(jobs(10).jobs), jobs(10).expected);
-  });
-
-  it("a turn's checks: each call gets its own answers; a busy turn's go to the pool while allowed, else inline", async () => {
-    const pool = new VerifyPool(1);
-    let allowed = true;
-    const turns = new TurnVerifier(pool, inlineBulkVerifier(), () => allowed);
-    try {
-      // Calls of one turn share one batch: enough of them together go to the pool.
-      const calls = Array.from({ length: TURN_OFFLOAD_MIN_JOBS }, (_, i) => jobs(i % 3 === 0 ? 2 : 1 + i));
-      const answers = await Promise.all(calls.map((c) => turns.verifyMany(c.jobs)));
-      answers.forEach((a, i) => assert.deepEqual(a, calls[i]!.expected, `call ${i}`));
-      assert.deepEqual(turns.turns, { pool: 1, inline: 0 });
-      // A quiet turn stays inline, and so does a busy one while the pool is not allowed.
-      const one = jobs(TURN_OFFLOAD_MIN_JOBS - 1);
-      assert.deepEqual(await turns.verifyMany(one.jobs), one.expected);
-      allowed = false;
-      const many = jobs(100);
-      assert.deepEqual(await turns.verifyMany(many.jobs), many.expected);
-      assert.deepEqual(turns.turns, { pool: 1, inline: 2 });
-      assert.deepEqual(await turns.verifyMany([]), []);
-      // A pool that fails leaves the checks inline, with the same answers.
-      allowed = true;
-      await pool.close();
-      assert.deepEqual(await turns.verifyMany(many.jobs), many.expected);
-      assert.deepEqual(turns.turns, { pool: 2, inline: 2 });
-    } finally {
-      await pool.close();
-    }
   });
 });

@@ -6,7 +6,7 @@
  */
 import type { Worker } from 'node:worker_threads';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
-import { BusyRef, evalWorker, perTurn } from '../worker-thread.js';
+import { BusyRef, evalWorker } from '../worker-thread.js';
 import { sodiumVerifier } from './verifier.js';
 
 export interface VerifyJob {
@@ -163,66 +163,4 @@ export class VerifyPool implements BulkVerifier {
 /** The pool for `threads` > 0, else inline checks. */
 export function bulkVerifier(threads: number): BulkVerifier {
   return threads > 0 ? new VerifyPool(threads) : inlineBulkVerifier();
-}
-
-/** The fewest checks of one turn that go to the pool (fewer stay on the event loop: a round trip costs more). */
-export const TURN_OFFLOAD_MIN_JOBS = 16;
-
-interface TurnEntry {
-  jobs: readonly VerifyJob[];
-  resolve: (answers: boolean[]) => void;
-  reject: (err: unknown) => void;
-}
-
-/**
- * The requests' checks (docs/performance.md, thirty-fifth session): every verifyMany of one event-loop turn is
- * gathered and answered after it. TURN_OFFLOAD_MIN_JOBS or more go to `pool` as one batch while `offload()` says
- * so — the event loop meanwhile goes on with other requests — and fewer run inline, where a thread's round trip
- * would cost more than it frees. A pool that fails (closed, or a thread died) leaves the checks inline.
- */
-export class TurnVerifier implements BulkVerifier {
-  private readonly add = perTurn<TurnEntry>((entries) => void this.flush(entries));
-  /** Turns whose checks went to the pool, and those that ran inline (metrics, tests). */
-  readonly turns = { pool: 0, inline: 0 };
-
-  constructor(
-    private readonly pool: BulkVerifier,
-    private readonly inline: BulkVerifier,
-    private readonly offload: () => boolean,
-    /** Told of each turn's side (the metric `request_check_turns_total`). */
-    private readonly counted: (on: 'pool' | 'inline') => void = () => {},
-    private readonly minJobs = TURN_OFFLOAD_MIN_JOBS,
-  ) {}
-
-  verifyMany(jobs: readonly VerifyJob[]): Promise<boolean[]> {
-    if (jobs.length === 0) return Promise.resolve([]);
-    return new Promise((resolve, reject) => this.add({ jobs, resolve, reject }));
-  }
-
-  private async flush(entries: TurnEntry[]): Promise<void> {
-    const all = entries.length === 1 ? entries[0]!.jobs : entries.flatMap((e) => e.jobs);
-    let answers: boolean[];
-    try {
-      if (all.length >= this.minJobs && this.offload()) {
-        this.turns.pool++;
-        this.counted('pool');
-        answers = await this.pool.verifyMany(all).catch(() => this.inline.verifyMany(all));
-      } else {
-        this.turns.inline++;
-        this.counted('inline');
-        answers = await this.inline.verifyMany(all);
-      }
-    } catch (err) {
-      for (const e of entries) e.reject(err);
-      return;
-    }
-    let at = 0;
-    for (const e of entries) {
-      e.resolve(answers.slice(at, at + e.jobs.length));
-      at += e.jobs.length;
-    }
-  }
-
-  /** The pool is closed by its owner. */
-  async close(): Promise<void> {}
 }

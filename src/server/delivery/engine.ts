@@ -10,7 +10,6 @@ import { incomingKeyOf, messageKeyOf } from '../../protocol/container.js';
 import type { SignatureVerifier } from '../../protocol/ed25519.js';
 import type { DeliveryReceipt, ReceiptExpectation } from '../../protocol/receipt.js';
 import type { ServerKey } from '../keys.js';
-import type { BulkVerifier } from '../crypto/verify-pool.js';
 import { checkReceipt, expectationFor, ownReceipt, proofSigners, storedReceipt } from './receipts.js';
 import { eventFrame } from '../../protocol/envelope.js';
 import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../protocol/ops.js';
@@ -40,8 +39,6 @@ export interface DeliveryDeps {
   trouble?: DeliveryTrouble;
   /** Checks the receipts of recipient servers (docs/protocol.md §13.1). */
   verifier: SignatureVerifier;
-  /** Where those checks run (a TurnVerifier); default inline with `verifier`. */
-  requestChecks?: BulkVerifier | undefined;
   /** Signs this server's own receipt for a recipient on this server. */
   serverKey: Pick<ServerKey, 'sign'>;
 }

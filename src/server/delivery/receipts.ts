@@ -122,15 +122,9 @@ export async function proofSigners(
 export async function checkReceipt(
   x: unknown,
   want: ReceiptExpectation,
-  deps: {
-    directory: Pick<Directory, 'lookupServer'>;
-    verifier: SignatureVerifier;
-    /** Where the signature is checked (a TurnVerifier); default inline with `verifier`. */
-    requestChecks?: BulkVerifier | undefined;
-  },
+  deps: { directory: Pick<Directory, 'lookupServer'>; verifier: SignatureVerifier },
 ): Promise<{ receipt: DeliveryReceipt } | { problem: string }> {
-  const bulk = deps.requestChecks ?? inlineBulkVerifier(deps.verifier);
-  const [checked] = await checkReceipts([{ x, want }], deps.directory, bulk);
+  const [checked] = await checkReceipts([{ x, want }], deps.directory, inlineBulkVerifier(deps.verifier));
   return checked!;
 }
 

@@ -47,8 +47,6 @@ export interface DmDeps {
   push?: Pick<PushService, 'notifyMessage'> | undefined;
   /** Signs the receipt of a delivery to a recipient on this server (docs/protocol.md §13.1). */
   serverKey: Pick<ServerKey, 'sign'>;
-  /** Checks a request's signatures (a TurnVerifier); default: inline with `verifier`. */
-  requestChecks?: BulkVerifier | undefined;
 }
 
 /** The copy types each pair op takes (incoming types; the outgoing one is the next number). */
@@ -87,11 +85,11 @@ export function replayFloorAfter(firstPage: readonly StoredCopy[], startedAtMs: 
 export class DmService {
   private maintenance: TimerHandle | null = null;
 
-  /** Where a request's signatures are checked (docs/performance.md, thirty-fifth session). */
-  private readonly requestChecks: BulkVerifier;
+  /** A request's signatures are checked on the event loop (docs/performance.md: a thread did not pay). */
+  private readonly inline: BulkVerifier;
 
   constructor(private readonly deps: DmDeps) {
-    this.requestChecks = deps.requestChecks ?? inlineBulkVerifier(deps.verifier);
+    this.inline = inlineBulkVerifier(deps.verifier);
   }
 
   /** Starts the hourly clean-up of forgotten devices. */
@@ -141,7 +139,7 @@ export class DmService {
 
   /** Signatures by fromLogin's key, then the time bound: shared by every path that accepts copies. */
   async checkSigned(...copies: Container[]): Promise<void> {
-    const [problem] = await this.checkSignedRows([copies], this.requestChecks);
+    const [problem] = await this.checkSignedRows([copies], this.inline);
     if (problem) throw problem;
   }
 

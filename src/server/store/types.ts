@@ -579,12 +579,6 @@ export interface Store {
    * checkpoint threads (0 on PostgreSQL, which checkpoints by itself), for /metrics and benchmarks.
    */
   commitStats(): { commits: number; writes: number; checkpoints: number };
-  /**
-   * Whether this store's writes run on a thread of this process now (SQLite's writer thread), which then takes a
-   * core: the requests' signature checks stay on the event loop meanwhile (docs/performance.md, thirty-fifth
-   * session). Absent: never.
-   */
-  writesOnThread?(): boolean;
   /** Creates or migrates the schema. Idempotent; on PostgreSQL one process at a time. */
   migrate(): Promise<void>;
   /** Cheap liveness check for /healthz. */

@@ -270,11 +270,6 @@ export class ThreadedSqliteStore implements Store, WriteRouter {
     else void this.start();
   }
 
-  /** Store.writesOnThread: with `thread` always; with `auto` while the load keeps its writes there. */
-  writesOnThread(): boolean {
-    return this.auto ? this.preferThread && !this.stopped : !this.stopped;
-  }
-
   /** `auto`: whether the writer thread has started (tests: a light load never starts it). */
   get threadStarted(): boolean {
     return this.worker !== null;
