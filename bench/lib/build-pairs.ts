@@ -5,6 +5,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import type { Identity } from '../../src/client/identity.js';
 import type { BuiltPair, PairSender, TextRecipient } from '../../src/client/pairs.js';
 
 /** One pair to build: senders[from] writes `text` to recipients[to] at timeMs. */
@@ -36,9 +37,10 @@ import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))})
 /** textPair for each order, in order; the orders are shared out among the machine's cores. */
 export async function buildTextPairs(
   senders: PairSender[],
-  recipients: TextRecipient[],
+  recipientIds: Pick<Identity, 'login' | 'encPublicKey'>[],
   orders: PairOrder[],
 ): Promise<BuiltPair[]> {
+  const recipients: TextRecipient[] = recipientIds.map((r) => ({ login: r.login, encKey: r.encPublicKey }));
   const threads = Math.max(1, Math.min(availableParallelism(), Math.ceil(orders.length / 64)));
   const share = Math.ceil(orders.length / threads);
   const parts = await Promise.all(
@@ -59,4 +61,9 @@ export async function buildTextPairs(
     }),
   );
   return parts.flat();
+}
+
+/** `count` consecutive runs of `size` items of `list` from index `from`: one per client. */
+export function perClient<T>(list: readonly T[], count: number, size: number, from = 0): T[][] {
+  return Array.from({ length: count }, (_, i) => list.slice(from + i * size, from + (i + 1) * size));
 }

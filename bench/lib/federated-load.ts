@@ -32,7 +32,7 @@ import { UNLIMITED_RATE, inLanes } from './send-load.js';
 import type { PairTiming, TailReport } from './tail.js';
 import { startTailRecording, tailReport } from './tail.js';
 import type { PairOrder } from './build-pairs.js';
-import { buildTextPairs } from './build-pairs.js';
+import { buildTextPairs, perClient } from './build-pairs.js';
 
 export interface FederatedSendOptions {
   clients: number;
@@ -487,16 +487,10 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
       // Keys below the burst's: a message's key is its sender, recipient, timeMs and nonce.
       ...senders.flatMap((_, i) => Array.from({ length: WARMUP }, (_, k) => order(i, -1 - k))),
     ];
-    const built = await buildTextPairs(
-      senders,
-      recipients.map((r) => ({ login: r.login, encKey: r.encPublicKey })),
-      orders,
-    );
-    const burst = senders.map((_, i) => built.slice(i * PAIRS, (i + 1) * PAIRS));
+    const built = await buildTextPairs(senders, recipients, orders);
+    const burst = perClient(built, CLIENTS, PAIRS);
     const paced = built.slice(CLIENTS * PAIRS, CLIENTS * PAIRS + total);
-    const warm = senders.map((_, i) =>
-      built.slice(CLIENTS * PAIRS + total + i * WARMUP, CLIENTS * PAIRS + total + (i + 1) * WARMUP),
-    );
+    const warm = perClient(built, CLIENTS, WARMUP, CLIENTS * PAIRS + total);
 
     let tracker = new Tracker();
     clients = await connectBenchUsers(started, { senders, recipients }, (key) => tracker.delivered(key));

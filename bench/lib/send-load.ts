@@ -7,7 +7,7 @@ import WebSocket from 'ws';
 import { makeProfile, createIdentity } from '../../src/client/identity.js';
 import { ShineClient } from '../../src/client/client.js';
 import type { BuiltPair } from '../../src/client/pairs.js';
-import { buildTextPairs } from './build-pairs.js';
+import { buildTextPairs, perClient } from './build-pairs.js';
 
 export interface SendLoadOptions {
   /** WebSocket URLs of the processes of one server; client i connects to wsUrls[i % length]. */
@@ -65,12 +65,12 @@ export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult
   // Built before the clients connect: a client busy for longer than two heartbeats would miss the
   // server's pings and be dropped.
   const base = Date.now();
-  const perClient = warmup + pairsPerClient;
+  const each = warmup + pairsPerClient;
   const built = await buildTextPairs(
     senders,
-    recipients.map((r) => ({ login: r.login, encKey: r.encPublicKey })),
+    recipients,
     senders.flatMap((s, i) =>
-      Array.from({ length: perClient }, (_, k) => ({
+      Array.from({ length: each }, (_, k) => ({
         from: i,
         to: i,
         text: `message ${k} from ${s.login}`,
@@ -78,7 +78,7 @@ export async function runSendLoad(opts: SendLoadOptions): Promise<SendLoadResult
       })),
     ),
   );
-  const pairs: BuiltPair[][] = senders.map((_, i) => built.slice(i * perClient, (i + 1) * perClient));
+  const pairs = perClient(built, n, each);
   const clients: ShineClient[] = [];
   for (let i = 0; i < n; i++) {
     const c = await ShineClient.connect(wsUrls[i % wsUrls.length]!, { WebSocket: WebSocket as never });
