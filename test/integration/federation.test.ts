@@ -429,6 +429,7 @@ describe('federation: delivery to the recipient’s access servers', { concurren
     assert.equal((await sendPair(a, m)).deliveryState, 'accepted', 'its call timed out');
     // No send and no regular attempt (a minute away) calls beta: alpha's own probe does, and waits too.
     await waitUntil(() => hung.calls >= 2);
+    assert.ok((await metric(alpha, 'shine_delivery_probes_total', { peer: 'beta' })) >= 1, 'the probe is counted');
     hung.release();
     await deliveryEvent(a, m.outgoingKey, 'delivered');
     assert.equal((await deliveryRow(alpha, m.outgoingKey))!.attempt, 1, 'an extra attempt (or the probe itself)');

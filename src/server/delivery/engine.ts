@@ -145,6 +145,7 @@ export class DeliveryEngine {
   private readonly firstAttempts: Counter;
   private readonly callSeconds: Histogram;
   private readonly s2sErrors: Counter;
+  private readonly probeCalls: Counter;
   private byState: Record<DeliveryState, number> = { accepted: 0, delivered: 0, failed: 0 };
   private countedAtMs = -Infinity;
 
@@ -168,6 +169,10 @@ export class DeliveryEngine {
       'Duration of one ReceiveIncomingMessage call to a recipient server',
     );
     this.s2sErrors = m.counter('s2s_errors_total', 'Failed server-to-server calls made for delivery, by peer');
+    this.probeCalls = m.counter(
+      'delivery_probes_total',
+      'Calls made on their own (no attempt made them) to a server not answering, to find when it answers again, by peer',
+    );
     m.gauge('delivery_rows', 'Delivery rows by state (refreshed at most every 30 s)', () =>
       Object.entries(this.byState).map(([state, n]) => [{ state }, n]),
     );
@@ -493,6 +498,7 @@ export class DeliveryEngine {
       // whose failure asks for the next one.
       if (this.closed || this.deps.trouble?.admit(server) !== 'probe') return;
       this.deps.log.debug('probing a server not answering', { peer: server });
+      this.probeCalls.inc({ peer: server });
       this.callOne(server, p.payload, p.want, true).catch(() => {});
     });
   }
