@@ -14,8 +14,9 @@
  *
  * Checked: every row ends `delivered`; each of the ROWS copies reached beta exactly once (beyond that,
  * at most one more per call that timed out at the cluster yet reached beta — a new attempt of a row,
- * not the same attempt twice; on an idle machine there is none); beta answered as many calls as the
- * relay passed; every worker took part; bob's history on beta holds each message once.
+ * not the same attempt twice — and one per probe, the call a process makes on its own to a server that
+ * timed out, `shine_delivery_probes_total`; on an idle machine there is none); beta answered as many
+ * calls as the relay passed; every worker took part; bob's history on beta holds each message once.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -135,11 +136,13 @@ describe('delivery workers of three processes of one server', () => {
       (await sumOver(cluster, 'shine_delivery_queue_depth')) === 0;
     await waitUntil(async () => (await accepted()) === 0 && (await idle()), 120_000, 'every row delivered');
 
+    const passedCalls = () => [...passed.values()].reduce((a, b) => a + b, 0);
+    // The calls first: a probe (a call a process makes on its own to a server that timed out, docs/protocol.md
+    // §6.4) is counted before it is sent, so every probe among these calls is in the count read after them.
+    const calls = passedCalls();
     const timedOut = (await sumOver(cluster, 'shine_s2s_errors_total')) - errorsAtRestart;
-    // A probe is the call a process makes on its own to a server that timed out (docs/protocol.md §6.4).
     const probes = (await sumOver(cluster, 'shine_delivery_probes_total')) - probesAtRestart;
     const expected = new Set(pairs.map((p) => p.incomingBlobB64));
-    const calls = [...passed.values()].reduce((a, b) => a + b, 0);
     const byProcess = await Promise.all(
       cluster.processes.map((p) => metricSum(p.httpUrl, 'shine_delivery_attempts_total', { outcome: 'delivered' })),
     );
@@ -159,9 +162,11 @@ describe('delivery workers of three processes of one server', () => {
       calls - ROWS <= timedOut + probes,
       `${calls - ROWS} extra calls, at most the ${timedOut} timed-out ones and the ${probes} probes`,
     );
-    // A call the cluster gave up on may still be in beta's handler, which counts it when it returns.
+    // A call the cluster gave up on may still be in beta's handler, which counts it when it returns (and a
+    // late probe may still pass the relay: the count is the relay's as it is then).
     await waitUntil(
-      async () => (await metricSum(beta.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' })) === calls,
+      async () =>
+        (await metricSum(beta.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' })) === passedCalls(),
       10_000,
       'beta answered each call the relay passed',
     );

@@ -15,19 +15,21 @@
  * (the shape replication gives a pair nobody has tried yet, docs/protocol.md §6.8). Both workers see the same due
  * rows within a tick and race for them.
  *
- * The server-to-server timeout is 500 ms, so a lease (3 timeouts) is 1.5 s: shorter than the rows take
+ * The server-to-server timeout is 500 ms, so a lease (6 timeouts) is 3 s: shorter than the rows take
  * to go through. A lease taken when a row is scanned, instead of when its attempt starts, would run
  * out while the row waits in the queue, and the other worker would run the same attempt again.
  *
- * Proof that each attempt ran once: B answered exactly ROWS more ReceiveIncomingMessage calls (its
- * /metrics `shine_ops_total{op="ReceiveIncomingMessage"}`), the workers counted exactly ROWS successful
- * attempts, both took part, and every row ends `delivered` with its lease released. The allowed excess,
- * none on an idle machine: a call that timed out at A (counted in A's `shine_s2s_errors_total`) yet
- * reached B, whose row is retried — a new attempt, not the same one twice; and a probe (A's
- * `shine_delivery_probes_total`), the call A makes on its own to a server that timed out, to find when it
- * answers again (docs/protocol.md §6.4). The counters are read after every row is terminal and neither
- * worker has an attempt queued or running: a claim needs `state = 'accepted'`, so no attempt can start
- * after that (a probe's timer may still fire: the probes are read after the calls).
+ * Proof that each attempt ran once: B answered ROWS more ReceiveIncomingMessage calls (its /metrics
+ * `shine_ops_total{op="ReceiveIncomingMessage"}`) and no more than the allowed excess, the workers counted
+ * exactly ROWS successful attempts, both took part, and every row ends `delivered` with its lease
+ * released. The allowed excess, none on an idle machine: a call that timed out at A (counted in A's
+ * `shine_s2s_errors_total`) yet reached B, whose row is retried — a new attempt, not the same one twice;
+ * and a probe (A's `shine_delivery_probes_total`), the call A makes on its own to a server that timed
+ * out, to find when it answers again (docs/protocol.md §6.4). A probe that times out counts in both, so
+ * under load the bound is that much looser; with no call timed out it is exact. The counters are read
+ * after every row is terminal and neither worker has an attempt queued or running: a claim needs
+ * `state = 'accepted'`, so no attempt can start after that. A probe's timer may still fire: a probe is
+ * counted before its call goes, and the probes are read after the calls.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
