@@ -17,6 +17,16 @@ export async function metricSum(httpUrl: string, name: string, labels: Record<st
   return sum;
 }
 
+/** metricSum over several processes (of one server, or the processes a test reads together), added up. */
+export async function metricSumOver(
+  httpUrls: readonly string[],
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const values = await Promise.all(httpUrls.map((url) => metricSum(url, name, labels)));
+  return values.reduce((a, b) => a + b, 0);
+}
+
 /**
  * Waits until a server has no server-to-server call to `peer` open (waiting for a connection
  * included), so that no call made earlier can reach the peer when it comes back.

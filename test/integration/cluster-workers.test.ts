@@ -26,6 +26,7 @@ import type { Cluster, ClusterBesideBeta } from '../helpers/cluster.js';
 import { startClusterBesideBeta } from '../helpers/cluster.js';
 import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
+import { metricSumOver } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 import type { WsProxy } from '../helpers/ws-proxy.js';
 
@@ -117,14 +118,7 @@ describe('delivery workers of three processes of one server', () => {
     const errorsAtRestart = await sumOver(cluster, 'shine_s2s_errors_total');
     const probesAtRestart = await sumOver(cluster, 'shine_delivery_probes_total');
     // A first attempt still connecting when beta came back may deliver its row itself (under load).
-    const firstDelivered = async () =>
-      (
-        await Promise.all(
-          cluster.processes.map((p) =>
-            metricSum(p.httpUrl, 'shine_delivery_first_attempts_total', { outcome: 'delivered' }),
-          ),
-        )
-      ).reduce((a, b) => a + b, 0);
+    const firstDelivered = () => sumOver(cluster, 'shine_delivery_first_attempts_total', { outcome: 'delivered' });
     const firstDeliveredAtRestart = await firstDelivered();
     await beta.restart();
 
@@ -188,9 +182,12 @@ describe('delivery workers of three processes of one server', () => {
   });
 });
 
-async function sumOver(cluster: Cluster, name: string): Promise<number> {
-  const values = await Promise.all(cluster.processes.map((p) => metricSum(p.httpUrl, name)));
-  return values.reduce((a, b) => a + b, 0);
+function sumOver(cluster: Cluster, name: string, labels: Record<string, string> = {}): Promise<number> {
+  return metricSumOver(
+    cluster.processes.map((p) => p.httpUrl),
+    name,
+    labels,
+  );
 }
 
 async function adminGet<T>(httpUrl: string, path: string): Promise<T> {

@@ -46,6 +46,7 @@ import type { ServerProcess } from '../helpers/server-process.js';
 import { freePort, startServerProcess } from '../helpers/server-process.js';
 import type { TestDb } from '../helpers/test-db.js';
 import { freshRedisPrefix, freshTestDb, openTestStore, testRedisUrl } from '../helpers/test-db.js';
+import { metricSumOver } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 
 const ROWS = 1000;
@@ -115,8 +116,8 @@ describe('two workers sharing one database', () => {
 
   it(`${ROWS} rows due at once: each attempt reaches the recipient once, every row ends delivered`, async (t) => {
     const [a1, a2, b] = servers as [ServerProcess, ServerProcess, ServerProcess];
-    const both = async (name: string, labels: Record<string, string> = {}) =>
-      (await metricSum(a1.httpUrl, name, labels)) + (await metricSum(a2.httpUrl, name, labels));
+    const both = (name: string, labels: Record<string, string> = {}) =>
+      metricSumOver([a1.httpUrl, a2.httpUrl], name, labels);
     const receiveCalls = () => metricSum(b.httpUrl, 'shine_ops_total', { op: 'ReceiveIncomingMessage' });
     const idle = async () =>
       (await both('shine_delivery_attempts_running')) === 0 && (await both('shine_delivery_queue_depth')) === 0;
