@@ -14,9 +14,13 @@
  * BENCH_DB=postgres runs both servers on PostgreSQL instead, each on a fresh database of its own with
  * synchronous_commit on (printed).
  *
+ * BENCH_RTT_MS puts a relay between the two servers that holds every byte for half that time each way
+ * (bench/lib/delay-link.ts): a round trip of that many milliseconds, as between two data centres.
+ *
  * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL),
- * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite).
+ * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite), BENCH_RTT_MS (0).
  */
+import { startDelayLink } from './lib/delay-link.js';
 import { machine, postgresDurability } from './lib/machine.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
 import { seedPairs } from './lib/seed-pairs.js';
@@ -40,6 +44,7 @@ const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
 const PROOFS = process.env.BENCH_PROOFS !== '0';
 const CHECKS = PROOFS ? 3 : 2;
 const DB = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
+const RTT_MS = Number(process.env.BENCH_RTT_MS ?? 0);
 const OWNER = 'alice';
 const SOURCE = 'source';
 const PULLER = 'puller';
@@ -116,6 +121,10 @@ if (DB === 'postgres') await queryTestDb(sourceDb!.url, 'ANALYZE');
 const buildSeconds = (performance.now() - buildStarted) / 1000;
 
 const common = { SHINE_SYNC_INTERVAL_MS: '1000000000', SHINE_LOG_LEVEL: 'warn', SHINE_SQLITE_SYNC: SYNC };
+// Each server dials the other through a link of RTT_MS round trip, or directly (a peer dials the URL its descriptor
+// names: the link's).
+await using toSource = RTT_MS > 0 ? await startDelayLink(sourcePort, RTT_MS / 2) : null;
+await using toPuller = RTT_MS > 0 ? await startDelayLink(pullerPort, RTT_MS / 2) : null;
 await using puller = await startServerProcess({
   port: pullerPort,
   env: {
@@ -124,7 +133,8 @@ await using puller = await startServerProcess({
     SHINE_DATA_DIR: pullerDir,
     SHINE_DB: pullerDb!.url,
     SHINE_ADMIN_TOKEN: ADMIN_TOKEN,
-    SHINE_PEERS: `${SOURCE}=ws://127.0.0.1:${sourcePort}/ws`,
+    SHINE_PEERS: `${SOURCE}=${toSource?.wsUrl ?? `ws://127.0.0.1:${sourcePort}/ws`}`,
+    ...(toPuller ? { SHINE_PUBLIC_WS_URL: toPuller.wsUrl } : {}),
   },
 });
 {
@@ -139,7 +149,8 @@ await using source = await startServerProcess({
     SHINE_SERVER_KEY_SEED_B64: seedB64For(SOURCE),
     SHINE_DATA_DIR: sourceDir,
     SHINE_DB: sourceDb!.url,
-    SHINE_PEERS: `${PULLER}=ws://127.0.0.1:${pullerPort}/ws`,
+    SHINE_PEERS: `${PULLER}=${toPuller?.wsUrl ?? `ws://127.0.0.1:${pullerPort}/ws`}`,
+    ...(toSource ? { SHINE_PUBLIC_WS_URL: toSource.wsUrl } : {}),
   },
 });
 
@@ -190,6 +201,7 @@ console.log(
           ? 'WAL+synchronous=FULL'
           : 'WAL+synchronous=NORMAL',
     events: EVENTS,
+    linkRttMs: RTT_MS,
     event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes) ${PROOFS ? 'delivered with a receipt' : 'never delivered, no receipt'}: ${CHECKS} signature checks`,
     buildSeconds: Number(buildSeconds.toFixed(1)),
     catchUp: {
