@@ -31,6 +31,7 @@ import {
   syncNow,
 } from '../helpers/replication.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { waitUntil } from '../helpers/wait.js';
 
 type DmPage = OpResults['DmSyncBatch'];
 type SettingsPage = OpResults['UserSettingsSyncBatch'];
@@ -310,6 +311,63 @@ describe('replication protocol', () => {
       assert.ok((await dmSnapshot(srv(A2), 'gus')).copies.some((c) => c.key === late.outgoingKey));
     } finally {
       outboxes.dmSyncPage = readPage;
+    }
+  });
+
+  it('the puller asks for the pages ahead while it stores one, and stores each once', async () => {
+    const hal = makeUser('hal', both, seedFor('hal'));
+    for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, hal, `hal-${i}`)).close();
+    // Three pages (500, 500, 1) of hal's at alpha1, stored there directly.
+    const N = 1001;
+    const t = Date.now() - 120_000;
+    const source = srv(A1).ctx.store;
+    await Promise.all(
+      Array.from({ length: N }, (_, i) => {
+        const p = pairOf({ from: 'hal', to: 'carol', timeMs: t + i, nonce: i });
+        return source.messages.storePair({
+          incoming: p.incoming,
+          outgoing: p.outgoing,
+          nowMs: t + i,
+          outbox: { owners: new Map([['hal', false]]) },
+          delivery: null,
+        });
+      }),
+    );
+    // alpha1 counts the pages it serves hal; alpha2 holds hal's first stored pair until the test lets it go.
+    const outboxes = source.replication;
+    const readPage = outboxes.dmSyncPage.bind(outboxes);
+    let served = 0;
+    outboxes.dmSyncPage = async (q) => {
+      const page = await readPage(q);
+      if (q.owner === 'hal' && page.items.length > 0) served++;
+      return page;
+    };
+    const messages = srv(A2).ctx.store.messages;
+    const storePair = messages.storePair.bind(messages);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    messages.storePair = async (input) => {
+      if (!held && input.outgoing.fromLogin === 'hal') {
+        held = true;
+        await gate;
+      }
+      return storePair(input);
+    };
+    try {
+      const cycle = syncNow(srv(A2).httpUrl);
+      // While page 1 cannot be stored, pages 2 and 3 are asked for all the same (a request goes as a page arrives).
+      await waitUntil(() => served >= 3, 10_000, 'pages 2 and 3 served while page 1 cannot be stored');
+      release();
+      const summary = await cycle;
+      assert.ok(held, 'page 1 waited for the test');
+      assert.equal(summary.errors, 0);
+      assert.deepEqual(await outboxCounts(srv(A1).httpUrl, 'hal'), { owner: 'hal', synced: N, unsynced: 0 });
+      assert.equal((await dmSnapshot(srv(A2), 'hal')).copies.length, N, 'each pair stored once');
+    } finally {
+      release();
+      outboxes.dmSyncPage = readPage;
+      messages.storePair = storePair;
     }
   });
 

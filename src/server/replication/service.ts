@@ -509,6 +509,13 @@ export class ReplicationService {
    * where only unsynced rows are left, and such a row still arrives in this cycle (rows refused in the
    * first pass are passed over in the second). A peer whose cursor does not move forward, or that
    * pages past syncMaxPages, ends the pull with a SyncProtocolError. Returns rows stored.
+   *
+   * Pipelined: the request for the next page goes out as soon as a page arrives (its cursor is known then),
+   * while fewer than PAGES_AHEAD pages wait to be stored, and each page is checked as soon as it arrives; so
+   * the peer reads and the verify thread checks the pages ahead while this server writes one. One request
+   * is in flight at a time. The acks of a page ride on the first request sent after its page committed; an
+   * empty page with acks still owed is followed by one more request carrying them (which may bring rows
+   * committed meanwhile).
    */
   private async pullAll<Item extends { syncId: string }, Checked>(
     peer: string,
@@ -521,38 +528,34 @@ export class ReplicationService {
     let total = 0;
     let pagesInPull = 0;
     const refused = new Set<string>();
+    // Requests made ahead of need stop where the pull would have to end anyway (syncMaxPages pages and one more).
+    const budget = { requests: 0, max: this.deps.config.syncMaxPages + 1 };
     for (let pass = 0; pass < 2; pass++) {
+      const pages = new PageChain<Item, Checked>(fetchPage, budget, (items) => {
+        const kept = pass === 0 ? items : items.filter((i) => !refused.has(i.syncId));
+        return { items: kept, checked: kept.length > 0 ? awaitedLater(storer.check(kept)) : null };
+      });
       let after: SyncCursor = { storedAtMs: 0, key: '' };
-      // Pipelined: the request for page N+1 goes out (acking page N-1) as soon as page N is taken, and
-      // page N+1 is checked as soon as it arrives, while page N is written; so page N's acks ride on the
-      // request for page N+2, the first one sent after they committed. An empty page with acks still
-      // owed is followed by one more request carrying them (which may bring rows committed meanwhile).
-      const request = (acks: string[]) =>
-        awaitedLater(
-          fetchPage(after, acks).then((page) => {
-            const items = pass === 0 ? page.items : page.items.filter((i) => !refused.has(i.syncId));
-            return { page, items, checked: items.length > 0 ? awaitedLater(storer.check(items)) : null };
-          }),
-        );
-      let acks: string[] = [];
-      let pages = 0;
-      let next = request([]);
+      let stored = 0;
+      pages.request(after);
       for (;;) {
-        const { page, items, checked } = await next;
-        if (page.items.length === 0) {
-          if (acks.length === 0) break;
-          next = request(acks);
-          acks = [];
+        const taken = pages.take();
+        if (taken === null) {
+          // The chain ended with an empty page: acks still owed go with one more request from the same cursor.
+          if (!pages.owesAcks) break;
+          pages.request(after);
           continue;
         }
+        const { page, items, checked } = await taken;
+        if (page.items.length === 0) continue;
         if (!isAfter(page.next, after))
           throw new SyncProtocolError(`${op} cursor did not advance past ${after.storedAtMs}/${after.key}`);
         if (++pagesInPull > this.deps.config.syncMaxPages)
           throw new SyncProtocolError(`${op} still has more after ${this.deps.config.syncMaxPages} pages`);
-        pages++;
+        stored++;
         after = page.next;
-        next = request(acks);
-        acks = checked ? await storer.write(await checked) : [];
+        const acks = checked ? await storer.write(await checked) : [];
+        pages.committed(acks);
         if (pass === 0 && acks.length < items.length) {
           const acked = new Set(acks);
           for (const i of items) if (!acked.has(i.syncId)) refused.add(i.syncId);
@@ -560,7 +563,7 @@ export class ReplicationService {
         total += acks.length;
         this.pulled.inc({ kind }, acks.length);
       }
-      if (pages === 0) break;
+      if (stored === 0) break;
     }
     return total;
   }
@@ -745,4 +748,88 @@ function pageQuery(owner: string, p: SyncBatchPayload, afterKey: string | undefi
     limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
     maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
   };
+}
+
+/** Pages a pull keeps requested or waiting to be stored, beyond the one it is storing (ReplicationService.pullAll). */
+const PAGES_AHEAD = 2;
+/** Acknowledgements one request carries at most (docs/protocol.md §7, `ackSyncIds`). */
+const MAX_ACKS = 1000;
+
+interface ChainedPage<Item, Checked> {
+  page: SyncPage<Item>;
+  /** The page's items this pass keeps, and their check, started as the page arrived. */
+  items: Item[];
+  checked: Promise<Checked> | null;
+}
+
+/**
+ * The requests of one pass of a pull, in cursor order: the next request goes out when the page before it
+ * arrives, while fewer than PAGES_AHEAD pages are requested or waiting and the pull's budget of requests
+ * lasts, and one request is in flight at a time. A page that is empty, or whose cursor does not move, ends
+ * the chain (the pull reads why); so does a request that fails, whose error the pull meets when it takes
+ * that page. Acks committed and not yet sent ride on the next request. The pull's own requests (a pass's
+ * first, and one after an empty page) go whatever the budget says: the pull bounds the pages it takes.
+ */
+class PageChain<Item, Checked> {
+  private readonly waiting: Promise<ChainedPage<Item, Checked>>[] = [];
+  /** Where the next request starts, once the page before it has arrived and the chain goes on. */
+  private nextCursor: SyncCursor | null = null;
+  private inFlight = false;
+  private owed: string[] = [];
+
+  constructor(
+    private readonly fetchPage: FetchPage<Item>,
+    private readonly budget: { requests: number; max: number },
+    private readonly onArrival: (items: Item[]) => { items: Item[]; checked: Promise<Checked> | null },
+  ) {}
+
+  /** Starts (or restarts, after an empty page) the chain at a cursor. */
+  request(after: SyncCursor): void {
+    this.nextCursor = after;
+    this.pump(true);
+  }
+
+  /** The next page in order, or null when the chain has ended and every page was taken. */
+  take(): Promise<ChainedPage<Item, Checked>> | null {
+    // Past the budget the chain waits for the pull to take its pages; it goes on when the pull asks.
+    if (this.waiting.length === 0 && this.nextCursor !== null) this.pump(true);
+    const next = this.waiting.shift() ?? null;
+    this.pump();
+    return next;
+  }
+
+  /** Records a stored page's acks, to be sent with the next request. */
+  committed(acks: string[]): void {
+    this.owed.push(...acks);
+    this.pump();
+  }
+
+  get owesAcks(): boolean {
+    return this.owed.length > 0;
+  }
+
+  private pump(asked = false): void {
+    if (this.inFlight || this.nextCursor === null || this.waiting.length >= PAGES_AHEAD) return;
+    if (!asked && this.budget.requests >= this.budget.max) return;
+    this.budget.requests++;
+    const after = this.nextCursor;
+    this.nextCursor = null;
+    this.inFlight = true;
+    const acks = this.owed.splice(0, MAX_ACKS);
+    const arrived = this.fetchPage(after, acks).then(
+      (page) => {
+        this.inFlight = false;
+        if (page.items.length > 0 && isAfter(page.next, after)) {
+          this.nextCursor = page.next;
+          this.pump();
+        }
+        return Object.assign({ page }, this.onArrival(page.items));
+      },
+      (err: unknown) => {
+        this.inFlight = false;
+        throw err;
+      },
+    );
+    this.waiting.push(awaitedLater(arrived));
+  }
 }
