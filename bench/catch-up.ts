@@ -14,11 +14,14 @@
  * BENCH_DB=postgres runs both servers on PostgreSQL instead, each on a fresh database of its own with
  * synchronous_commit on (printed).
  *
+ * BENCH_OWNERS=N spreads the events over N owners (owner0 … owner(N−1), each a user of both servers), as when a server
+ * catches up on many users at once.
+ *
  * BENCH_RTT_MS puts a relay between the two servers that holds every byte for half that time each way
  * (bench/lib/delay-link.ts): a round trip of that many milliseconds, as between two data centres.
  *
  * Env: BENCH_EVENTS (200000), BENCH_SYNC (full | normal; default full = WAL + synchronous FULL),
- * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite), BENCH_RTT_MS (0).
+ * BENCH_PROOFS (1), BENCH_DB (sqlite | postgres; sqlite), BENCH_OWNERS (1), BENCH_RTT_MS (0).
  */
 import { startDelayLink } from './lib/delay-link.js';
 import { machine, postgresDurability } from './lib/machine.js';
@@ -46,6 +49,10 @@ const CHECKS = PROOFS ? 3 : 2;
 const DB = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const RTT_MS = Number(process.env.BENCH_RTT_MS ?? 0);
 const OWNER = 'alice';
+const OWNER_COUNT = Math.max(1, Number(process.env.BENCH_OWNERS ?? 1));
+const OWNERS = OWNER_COUNT === 1 ? [OWNER] : Array.from({ length: OWNER_COUNT }, (_, i) => `owner${i}`);
+/** Pairs of each owner: EVENTS spread evenly. */
+const COUNTS = OWNERS.map((_, i) => Math.floor(EVENTS / OWNER_COUNT) + (i < EVENTS % OWNER_COUNT ? 1 : 0));
 const SOURCE = 'source';
 const PULLER = 'puller';
 
@@ -72,16 +79,18 @@ function rawVerifyRate(msPerRound = 500): number {
   return Math.round(best);
 }
 
-const profile = signProfile(
-  {
-    login: OWNER,
-    signKeyB64: toBase64(ed25519PublicKey(seedFor(OWNER))),
-    encKeyB64: toBase64(new Uint8Array(32).fill(7)),
-    accessServers: [SOURCE, PULLER],
-    version: 1,
-    updatedAtMs: Date.now(),
-  },
-  seedFor(OWNER),
+const profiles = OWNERS.map((login) =>
+  signProfile(
+    {
+      login,
+      signKeyB64: toBase64(ed25519PublicKey(seedFor(login))),
+      encKeyB64: toBase64(new Uint8Array(32).fill(7)),
+      accessServers: [SOURCE, PULLER],
+      version: 1,
+      updatedAtMs: Date.now(),
+    },
+    seedFor(login),
+  ),
 );
 
 const loadBefore = Number(os.loadavg()[0]!.toFixed(2));
@@ -104,15 +113,18 @@ const buildStarted = performance.now();
 {
   const store = openBenchStore(sourceDb!.url);
   await store.migrate();
-  await store.directory.putUser(profile, 'local', Date.now());
-  await seedPairs(store, {
-    owner: OWNER,
-    to: 'bob',
-    serverLogin: SOURCE,
-    count: EVENTS,
-    baseMs: Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000),
-    proofs: PROOFS,
-  });
+  const baseMs = Date.now() - EVENTS - (PROOFS ? 60_000 : 2 * 3_600_000);
+  for (const [i, profile] of profiles.entries()) {
+    await store.directory.putUser(profile, 'local', Date.now());
+    await seedPairs(store, {
+      owner: profile.login,
+      to: 'bob',
+      serverLogin: SOURCE,
+      count: COUNTS[i]!,
+      baseMs,
+      proofs: PROOFS,
+    });
+  }
   await store.close();
 }
 // A source whose history grew over weeks has had its tables analyzed by autovacuum; one written a second ago
@@ -139,7 +151,7 @@ await using puller = await startServerProcess({
 });
 {
   await using c = await connectRaw(puller.wsUrl);
-  await c.call('RegisterUser', { profile });
+  for (const profile of profiles) await c.call('RegisterUser', { profile });
 }
 await using source = await startServerProcess({
   port: sourcePort,
@@ -171,7 +183,9 @@ const pullerCpuMs = puller.cpuMs() - cpu0;
 const sourceCpuMs = source.cpuMs() - sourceCpu0;
 const [pullerDbCpuMs, sourceDbCpuMs] = await Promise.all([pullerDbCpu!.msSinceMark(), sourceDbCpu!.msSinceMark()]);
 if (summary.dmRows !== EVENTS || summary.errors !== 0)
-  throw new Error(`cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors`);
+  throw new Error(
+    `cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors: ${JSON.stringify(summary)}`,
+  );
 const eventsPerSec = EVENTS / seconds;
 // Every pair must be filed as the source has it: delivered only with its proof checked (a refused proof
 // leaves it accepted), or failed.
@@ -201,6 +215,7 @@ console.log(
           ? 'WAL+synchronous=FULL'
           : 'WAL+synchronous=NORMAL',
     events: EVENTS,
+    owners: OWNER_COUNT,
     linkRttMs: RTT_MS,
     event: `one outbox row: a text pair (2 containers of ${sampleBytes} bytes) ${PROOFS ? 'delivered with a receipt' : 'never delivered, no receipt'}: ${CHECKS} signature checks`,
     buildSeconds: Number(buildSeconds.toFixed(1)),
@@ -209,7 +224,7 @@ console.log(
       eventsPerSec: Math.round(eventsPerSec),
       signatureChecksPerSec: Math.round(eventsPerSec * CHECKS),
       wrongState,
-      pages: Math.ceil(EVENTS / 500),
+      pages: COUNTS.reduce((n, c) => n + Math.ceil(c / 500), 0),
       pullerCpuPercent: Math.round((pullerCpuMs / (seconds * 1000)) * 100),
       sourceCpuPercent: Math.round((sourceCpuMs / (seconds * 1000)) * 100),
       ...(DB === 'postgres'

@@ -371,6 +371,63 @@ describe('replication protocol', () => {
     }
   });
 
+  it('a cycle pulls several owners at once: an owner whose pull waits holds up no other', async () => {
+    // yan and zed sort after every other shared user, so a cycle that pulled one owner after another would
+    // reach them only after the owner held below. zed has one row at alpha1, yan two.
+    const source = srv(A1).ctx.store;
+    for (const [login, rows] of [
+      ['yan', 2],
+      ['zed', 1],
+    ] as const) {
+      const user = makeUser(login, both, seedFor(login));
+      for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, user, `${login}-${i}`)).close();
+      for (let n = 0; n < rows; n++) {
+        const p = pairOf({ from: login, to: 'carol', timeMs: Date.now() - 60_000 + n, nonce: n });
+        await source.messages.storePair({
+          incoming: p.incoming,
+          outgoing: p.outgoing,
+          nowMs: Date.now(),
+          outbox: { owners: new Map([[login, false]]) },
+          delivery: null,
+        });
+      }
+    }
+    // Every row waiting at alpha1 for alpha2, all owners together: what the cycle must count.
+    const shared = await srv(A2).ctx.store.directory.sharedUsers('alpha2', 'alpha1');
+    let waiting = 0;
+    for (const owner of shared) waiting += (await outboxCounts(srv(A1).httpUrl, owner)).unsynced;
+    // The first other owner whose messages alpha2 asks for gets no page until the test lets it go.
+    const outboxes = source.replication;
+    const readPage = outboxes.dmSyncPage.bind(outboxes);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let heldOwner: string | null = null;
+    outboxes.dmSyncPage = async (q) => {
+      if (heldOwner === null && q.owner !== 'zed' && q.owner !== 'yan') heldOwner = q.owner;
+      if (q.owner === heldOwner) await gate;
+      return readPage(q);
+    };
+    try {
+      const cycle = syncNow(srv(A2).httpUrl);
+      await waitUntil(
+        async () => (await outboxCounts(srv(A1).httpUrl, 'zed')).unsynced === 0,
+        10_000,
+        "zed's row pulled and acked while another owner's pull waits",
+      );
+      assert.notEqual(heldOwner, null, 'an owner was held');
+      release();
+      const summary = await cycle;
+      assert.equal(summary.errors, 0);
+      // The owners' counts, added as their pulls end in any order, lose none.
+      assert.equal(summary.dmRows, waiting, 'every row pulled is counted once');
+      assert.equal((await dmSnapshot(srv(A2), 'zed')).copies.length, 1);
+      assert.equal((await dmSnapshot(srv(A2), 'yan')).copies.length, 2);
+    } finally {
+      release();
+      outboxes.dmSyncPage = readPage;
+    }
+  });
+
   it('settings changed on both servers while they did not sync: after a cycle each way both hold the newer value', async () => {
     // Settings travel only by sync, so with no cycle running the two servers cannot exchange them.
     await using fayA1 = await connectUser(srv(A1).wsUrl, fay, 'fay-a1');

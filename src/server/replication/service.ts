@@ -60,6 +60,11 @@ type DmSyncAnswer = OpAnswer<'DmSyncBatch'>;
 type SettingsSyncAnswer = OpAnswer<'UserSettingsSyncBatch'>;
 
 const PAGE_LIMIT = 500;
+/**
+ * Owners a replication cycle pulls at once from one peer (docs/protocol.md §7). Each holds at most three pages
+ * (PAGES_AHEAD and the one it stores), up to `maxBytes` of containers each.
+ */
+const OWNERS_AT_ONCE = 8;
 
 interface SyncCursor {
   storedAtMs: number;
@@ -357,23 +362,36 @@ export class ReplicationService {
     for (const peer of await store.directory.peerServersOf(config.serverLogin)) {
       if (onlyPeer !== undefined && peer !== onlyPeer) continue;
       summary.peers++;
-      for (const owner of await store.directory.sharedUsers(config.serverLogin, peer)) {
-        if (signal.aborted) break;
-        summary.users++;
-        try {
-          summary.settingsRows += await this.pullSettings(peer, owner, signal);
-          summary.dmRows += await this.pullDm(peer, owner, signal);
-          summary.repairedCopies += (await this.antiEntropy.repairOwner(peer, owner, signal)).copiesRepaired;
-        } catch (err) {
-          if (signal.aborted) break;
-          summary.errors++;
-          this.syncErrors.inc({ peer });
-          if (err instanceof SyncProtocolError)
-            log.error('sync with peer broken off', { peer, owner, err: err.message });
-          else log.warn('sync with peer failed', { peer, owner, err: String(err) });
-          if (unavailable(err)) break; // the next owners would fail alike
+      const owners = await store.directory.sharedUsers(config.serverLogin, peer);
+      let next = 0;
+      let peerDown = false;
+      // OWNERS_AT_ONCE owners are pulled at once, each by itself as before: an owner's pull waits for its
+      // peer's answers (a round trip each, long between distant servers) far more than it works.
+      const puller = async (): Promise<void> => {
+        while (next < owners.length && !peerDown && !signal.aborted) {
+          const owner = owners[next++]!;
+          summary.users++;
+          try {
+            // Each count is added once its pull is done (`x += await …` would read x before the wait, and lose
+            // what the other owners' pulls added meanwhile).
+            const settingsRows = await this.pullSettings(peer, owner, signal);
+            summary.settingsRows += settingsRows;
+            const dmRows = await this.pullDm(peer, owner, signal);
+            summary.dmRows += dmRows;
+            const repaired = await this.antiEntropy.repairOwner(peer, owner, signal);
+            summary.repairedCopies += repaired.copiesRepaired;
+          } catch (err) {
+            if (signal.aborted) return;
+            summary.errors++;
+            this.syncErrors.inc({ peer });
+            if (err instanceof SyncProtocolError)
+              log.error('sync with peer broken off', { peer, owner, err: err.message });
+            else log.warn('sync with peer failed', { peer, owner, err: String(err) });
+            if (unavailable(err)) peerDown = true; // the next owners would fail alike
+          }
         }
-      }
+      };
+      await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, owners.length) }, puller));
       if (signal.aborted) break;
     }
     if (this.deps.chains && !signal.aborted) {
