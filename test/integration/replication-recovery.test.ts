@@ -4,8 +4,9 @@
  * - A puller killed between storing a page and acking it. alpha1 and alpha2 run as real `shine serve`
  *   processes; alpha1 publishes a relay (test/helpers/ws-proxy.ts) as its wsUrl, so alpha2's puller
  *   reaches it through the relay. A puller sends a page's ACK only with a request that leaves after
- *   every row of the page has committed; the relay holds back the first request that carries an ACK, and the test then SIGKILLs alpha2. So the page is on alpha2's disk and alpha1 never saw the
- *   ACK — the exact window the brief asks about, reached without timing luck.
+ *   every row of the page has committed; the relay holds back the first request that carries an ACK,
+ *   and the test then SIGKILLs alpha2. So the page is on alpha2's disk and alpha1 never saw the ACK —
+ *   the exact window the brief asks about, reached without timing luck.
  * - A server that lost its database, rebuilt by POST /admin/mark-unsynced on its peer and one cycle.
  */
 import assert from 'node:assert/strict';

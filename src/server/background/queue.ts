@@ -5,6 +5,7 @@
  * fails is logged once, with its name and context, instead of vanishing. drain() lets tests (and
  * shutdown) wait until nothing is left running, tasks started by tasks included.
  */
+import { setMaxListeners } from 'node:events';
 import type { LogFields, Logger } from '../log.js';
 
 /** A background task: resolves when done; should stop early once signal is aborted. */
@@ -14,7 +15,10 @@ export class BackgroundQueue {
   private readonly running = new Set<Promise<void>>();
   private readonly controller = new AbortController();
 
-  constructor(private readonly log: Logger) {}
+  constructor(private readonly log: Logger) {
+    // Every call a task waits on listens for the close (untilAborted): a replication cycle has dozens at once.
+    setMaxListeners(0, this.controller.signal);
+  }
 
   /** Aborted when the queue closes: long tasks check it between steps. */
   get signal(): AbortSignal {

@@ -62,9 +62,15 @@ type SettingsSyncAnswer = OpAnswer<'UserSettingsSyncBatch'>;
 const PAGE_LIMIT = 500;
 /**
  * Owners a replication cycle pulls at once from one peer (docs/protocol.md §7). Each holds at most three pages
- * (PAGES_AHEAD and the one it stores), up to `maxBytes` of containers each.
+ * (PAGES_AHEAD and the one it stores) and has one page request in flight.
  */
 const OWNERS_AT_ONCE = 8;
+/**
+ * Container bytes a page request asks for at most (the peer's default is 3 000 000): the answers of all the
+ * owners' requests in flight at once, about 11 MB as base64, stay under the 16 MiB a peer's socket may hold
+ * unsent before the peer cuts it off as a slow reader (`wsMaxBufferedBytes`).
+ */
+const PAGE_MAX_BYTES = 1_000_000;
 
 interface SyncCursor {
   storedAtMs: number;
@@ -90,7 +96,13 @@ interface PageStorer<Item, Checked> {
 
 /** The request fields both pull protocols share; each adds its own cursor key. */
 function syncRequest(owner: string, after: SyncCursor, acks: string[]) {
-  return { ownerLogin: owner, afterStoredAtMs: after.storedAtMs, limit: PAGE_LIMIT, ackSyncIds: acks };
+  return {
+    ownerLogin: owner,
+    afterStoredAtMs: after.storedAtMs,
+    limit: PAGE_LIMIT,
+    maxBytes: PAGE_MAX_BYTES,
+    ackSyncIds: acks,
+  };
 }
 const DEFAULT_MAX_BYTES = 3_000_000;
 
@@ -556,6 +568,8 @@ export class ReplicationService {
       let after: SyncCursor = { storedAtMs: 0, key: '' };
       let stored = 0;
       pages.request(after);
+      // However the pass ends (a failed write, a broken peer), the pages ahead are neither asked for nor checked.
+      using _ = pages;
       for (;;) {
         const taken = pages.take();
         if (taken === null) {
@@ -788,7 +802,8 @@ interface ChainedPage<Item, Checked> {
  * that page. Acks committed and not yet sent ride on the next request. The pull's own requests (a pass's
  * first, and one after an empty page) go whatever the budget says: the pull bounds the pages it takes.
  */
-class PageChain<Item, Checked> {
+class PageChain<Item, Checked> implements Disposable {
+  private closed = false;
   private readonly waiting: Promise<ChainedPage<Item, Checked>>[] = [];
   /** Where the next request starts, once the page before it has arrived and the chain goes on. */
   private nextCursor: SyncCursor | null = null;
@@ -826,8 +841,13 @@ class PageChain<Item, Checked> {
     return this.owed.length > 0;
   }
 
+  /** Ends the chain: no request leaves after this, and a page that arrives is not checked. */
+  [Symbol.dispose](): void {
+    this.closed = true;
+  }
+
   private pump(asked = false): void {
-    if (this.inFlight || this.nextCursor === null || this.waiting.length >= PAGES_AHEAD) return;
+    if (this.closed || this.inFlight || this.nextCursor === null || this.waiting.length >= PAGES_AHEAD) return;
     if (!asked && this.budget.requests >= this.budget.max) return;
     this.budget.requests++;
     const after = this.nextCursor;
@@ -841,7 +861,7 @@ class PageChain<Item, Checked> {
           this.nextCursor = page.next;
           this.pump();
         }
-        return Object.assign({ page }, this.onArrival(page.items));
+        return Object.assign({ page }, this.closed ? { items: [], checked: null } : this.onArrival(page.items));
       },
       (err: unknown) => {
         this.inFlight = false;
