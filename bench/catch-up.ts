@@ -17,6 +17,9 @@
  * BENCH_OWNERS=N spreads the events over N owners (owner0 … owner(N−1), each a user of both servers), as when a server
  * catches up on many users at once.
  *
+ * Then one more cycle runs, with nothing left to pull (`idleCycle`): what every periodic cycle costs, each user's
+ * round trips to the peer.
+ *
  * BENCH_RTT_MS puts a relay between the two servers that holds every byte for half that time each way
  * (bench/lib/delay-link.ts): a round trip of that many milliseconds, as between two data centres.
  *
@@ -187,6 +190,11 @@ if (summary.dmRows !== EVENTS || summary.errors !== 0)
     `cycle pulled ${summary.dmRows} of ${EVENTS} rows with ${summary.errors} errors: ${JSON.stringify(summary)}`,
   );
 const eventsPerSec = EVENTS / seconds;
+// The cycle after it, with nothing left to pull: what every periodic cycle costs (each user's round trips).
+const idleStarted = performance.now();
+const idle = await syncNow(puller.httpUrl);
+const idleCycleSeconds = (performance.now() - idleStarted) / 1000;
+if (idle.dmRows !== 0 || idle.errors !== 0) throw new Error(`the cycle after pulled again: ${JSON.stringify(idle)}`);
 // Every pair must be filed as the source has it: delivered only with its proof checked (a refused proof
 // leaves it accepted), or failed.
 let wrongState: number;
@@ -236,6 +244,11 @@ console.log(
       pullerIdleRssMiB: Math.round(idleRssKiB / 1024),
       pullerPeakRssMiB: Math.round(puller.peakRssKiB() / 1024),
       loadAvg1mAfter: Number(os.loadavg()[0]!.toFixed(2)),
+    },
+    idleCycle: {
+      what: 'the next cycle, nothing left to pull (settings, DM and anti-entropy round trips of every user)',
+      users: idle.users,
+      seconds: Number(idleCycleSeconds.toFixed(2)),
     },
     rawVerify: {
       library: 'sodium-native crypto_sign_verify_detached',
