@@ -561,15 +561,14 @@ export class ReplicationService {
     // Requests made ahead of need stop where the pull would have to end anyway (syncMaxPages pages and one more).
     const budget = { requests: 0, max: this.deps.config.syncMaxPages + 1 };
     for (let pass = 0; pass < 2; pass++) {
-      const pages = new PageChain<Item, Checked>(fetchPage, budget, (items) => {
+      // However the pass ends (a failed write, a broken peer), the pages ahead are neither asked for nor checked.
+      using pages = new PageChain<Item, Checked>(fetchPage, budget, (items) => {
         const kept = pass === 0 ? items : items.filter((i) => !refused.has(i.syncId));
         return { items: kept, checked: kept.length > 0 ? awaitedLater(storer.check(kept)) : null };
       });
       let after: SyncCursor = { storedAtMs: 0, key: '' };
       let stored = 0;
       pages.request(after);
-      // However the pass ends (a failed write, a broken peer), the pages ahead are neither asked for nor checked.
-      using _ = pages;
       for (;;) {
         const taken = pages.take();
         if (taken === null) {
