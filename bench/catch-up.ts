@@ -34,9 +34,7 @@ import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { toBase64 } from '../src/protocol/bytes.js';
 import { ed25519PublicKey } from '../src/protocol/ed25519.js';
-import { signProfile } from '../src/protocol/identity.js';
 import { openPostgresStore } from '../src/server/store/postgres/store.js';
 import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { Store } from '../src/server/store/types.js';
@@ -44,6 +42,7 @@ import { TEST_DB_POOL_SIZE, freshTestDb, queryTestDb } from '../test/helpers/tes
 import { connectRaw } from '../test/helpers/raw-client.js';
 import { pairOf, seedB64For, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
+import { makeUser } from '../test/helpers/users.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 200_000);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
@@ -82,19 +81,7 @@ function rawVerifyRate(msPerRound = 500): number {
   return Math.round(best);
 }
 
-const profiles = OWNERS.map((login) =>
-  signProfile(
-    {
-      login,
-      signKeyB64: toBase64(ed25519PublicKey(seedFor(login))),
-      encKeyB64: toBase64(new Uint8Array(32).fill(7)),
-      accessServers: [SOURCE, PULLER],
-      version: 1,
-      updatedAtMs: Date.now(),
-    },
-    seedFor(login),
-  ),
-);
+const profiles = OWNERS.map((login) => makeUser(login, [SOURCE, PULLER], seedFor(login)).profile);
 
 const loadBefore = Number(os.loadavg()[0]!.toFixed(2));
 const sampleBytes = pairOf({ from: OWNER, to: 'bob', timeMs: Date.now(), nonce: 0 }, { kind: 'text', bodyBytes: 96 })
