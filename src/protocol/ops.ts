@@ -35,13 +35,16 @@ export type CallKind = 'invite' | CallSignalKind;
 /** A call's common fields. The payload's size is the handler's to check: too long is 413 TOO_LARGE, not 400. */
 const call = z.object({ toLogin: login, callId: z.string().regex(CALL_ID_RE), payloadB64: z.string() });
 
+/** Acknowledgements one sync batch request may carry (docs/protocol.md §7). */
+export const MAX_SYNC_ACKS = 1000;
+
 /** The fields both sync protocols share (docs/protocol.md §7); each adds its own cursor key. */
 const syncBatch = z.object({
   ownerLogin: z.string().max(64).optional(),
   afterStoredAtMs: ms.optional(),
   limit: z.number().int().optional(),
   maxBytes: z.number().int().min(1).optional(),
-  ackSyncIds: z.array(z.string().max(300)).max(1000).optional(),
+  ackSyncIds: z.array(z.string().max(300)).max(MAX_SYNC_ACKS).optional(),
   sourceServerLogin: z.string().max(64).optional(),
 });
 

@@ -8,6 +8,7 @@ import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { DeliveryStatusItem, OpAnswer, RepairSummary, SyncCycleSummary } from '../../protocol/ops.js';
+import { MAX_SYNC_ACKS } from '../../protocol/ops.js';
 import type { BackgroundQueue } from '../background/queue.js';
 import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
@@ -783,8 +784,6 @@ function pageQuery(owner: string, p: SyncBatchPayload, afterKey: string | undefi
 
 /** Pages a pull keeps requested or waiting to be stored, beyond the one it is storing (ReplicationService.pullAll). */
 const PAGES_AHEAD = 2;
-/** Acknowledgements one request carries at most (docs/protocol.md §7, `ackSyncIds`). */
-const MAX_ACKS = 1000;
 
 interface ChainedPage<Item, Checked> {
   page: SyncPage<Item>;
@@ -852,7 +851,7 @@ class PageChain<Item, Checked> implements Disposable {
     const after = this.nextCursor;
     this.nextCursor = null;
     this.inFlight = true;
-    const acks = this.owed.splice(0, MAX_ACKS);
+    const acks = this.owed.splice(0, MAX_SYNC_ACKS);
     const arrived = this.fetchPage(after, acks).then(
       (page) => {
         this.inFlight = false;
