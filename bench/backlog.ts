@@ -27,7 +27,8 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
  * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
  * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop | lock), BENCH_POOL (A's and B's
- * deliveryPoolSize; the server's default, 32).
+ * deliveryPoolSize; the server's default, 32), BENCH_RTT_MS (0: a round trip between A and B, through relays
+ * that hold every chunk half that long each way, bench/lib/delay-link.ts, as between two data centres).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -47,6 +48,7 @@ const FIRST_WAIT_MS = process.env.BENCH_FIRST_WAIT_MS ? Number(process.env.BENCH
 const DOWN_MS = Number(process.env.BENCH_DOWN_MS ?? 3 * S2S_TIMEOUT_MS + 500);
 const FAULT = (['stop', 'lock'] as const).find((f) => f === process.env.BENCH_FAULT) ?? 'kill';
 const db = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
+const RTT_MS = Number(process.env.BENCH_RTT_MS ?? 0);
 if (FAULT === 'lock' && db !== 'postgres') throw new Error('BENCH_FAULT=lock needs BENCH_DB=postgres');
 const total = CLIENTS * PAIRS;
 
@@ -64,6 +66,7 @@ function perSecond(ms: number[]): number[] {
 const started = await startBenchServers({
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
   db,
+  rttMs: RTT_MS,
   config: {
     s2sTimeoutMs: S2S_TIMEOUT_MS,
     ...(process.env.BENCH_POOL ? { deliveryPoolSize: Number(process.env.BENCH_POOL) } : {}),
@@ -134,12 +137,18 @@ try {
   } else await b.restart();
   const t1 = performance.now();
   const [cpuA0, cpuB0] = [a.cpuMs(), b.cpuMs()];
+  const [statsA0, statsB0] = await Promise.all([scrape(a), scrape(b)]);
   const dbCpu = await backendCpuMeter(started.dbUrls);
   dbCpu.mark();
   const last = await tracker.allDelivered();
   const delivered = tracker.deliveredTimes().filter((t) => t >= t1);
   const first = delivered[0] ?? last;
   const drainMs = Math.max(1, last - first);
+  const [statsA1, statsB1] = await Promise.all([scrape(a), scrape(b)]);
+  const since = (before: typeof statsA0, after: typeof statsA0, series: string): number =>
+    after(series) - before(series);
+  const received = 'shine_op_duration_seconds_{}{op="ReceiveIncomingMessage"}';
+  const receivedCount = since(statsB0, statsB1, received.replace('{}', 'count'));
   const round1 = (x: number): number => Number(x.toFixed(1));
   console.log(
     JSON.stringify({
@@ -149,8 +158,10 @@ try {
       durability: await started.durability(),
       db,
       sqliteWriter: db === 'sqlite' ? sqliteWriter() : null,
-      setup: `A and B are separate \`shine serve\` processes on loopback, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${{ stop: 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)', lock: "B's signed_messages locked before the sends and released", kill: 'B killed (SIGTERM) before the sends and restarted' }[FAULT]} ${DOWN_MS} ms after the last answer`,
+      setup: `A and B are separate \`shine serve\` processes on loopback${RTT_MS > 0 ? `, each calling the other over a ${RTT_MS} ms round trip` : ''}, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${{ stop: 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)', lock: "B's signed_messages locked before the sends and released", kill: 'B killed (SIGTERM) before the sends and restarted' }[FAULT]} ${DOWN_MS} ms after the last answer`,
       fault: FAULT,
+      linkRttMs: RTT_MS,
+      deliveryPoolSize: process.env.BENCH_POOL ? Number(process.env.BENCH_POOL) : 'default (32)',
       clients: CLIENTS,
       window: WINDOW,
       pairs: total,
@@ -180,6 +191,15 @@ try {
         cpuPercentOfOneCore: {
           A: Math.round(((a.cpuMs() - cpuA0) / (last - t1)) * 100),
           B: Math.round(((b.cpuMs() - cpuB0) / (last - t1)) * 100),
+        },
+        /** B's mean time from a ReceiveIncomingMessage frame to its answer. */
+        receiveMsMean: round1(
+          (since(statsB0, statsB1, received.replace('{}', 'sum')) * 1000) / Math.max(1, receivedCount),
+        ),
+        /** Commits of A's and B's databases meanwhile. */
+        commits: {
+          A: since(statsA0, statsA1, 'shine_db_commits_total'),
+          B: since(statsB0, statsB1, 'shine_db_commits_total'),
         },
         ...(db === 'postgres'
           ? { databaseCpuPercentOfOneCore: Math.round(((await dbCpu.msSinceMark()) / (last - t1)) * 100) }

@@ -22,8 +22,10 @@ import { messageKeyOf } from '../../src/protocol/container.js';
 import type { DeliveryState } from '../../src/protocol/ops.js';
 import { connectIdentity, startFederatedProcesses } from '../../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../../test/helpers/server-process.js';
+import { freePort } from '../../test/helpers/server-process.js';
 import { freshTestDb } from '../../test/helpers/test-db.js';
 import { postgresDurability, sqliteWriter } from './machine.js';
+import { startDelayLink } from './delay-link.js';
 import type { SqliteWriter } from '../../src/server/store/sqlite/threaded.js';
 import type { BackendCpuMeter } from './pg-cpu.js';
 import { backendCpuMeter } from './pg-cpu.js';
@@ -374,6 +376,12 @@ export async function startBenchServers(opts: {
   db?: 'sqlite' | 'postgres';
   config?: Record<string, unknown>;
   env?: Record<string, string>;
+  /**
+   * A round trip between A and B (bench/lib/delay-link.ts): each server's descriptor names a relay in front of
+   * it that holds every chunk half this long each way, so the other's calls take that long. 0: they call
+   * each other directly.
+   */
+  rttMs?: number;
 }): Promise<BenchServers> {
   const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
   writeFileSync(configFile, JSON.stringify({ ...UNLIMITED_RATE, ...opts.config }));
@@ -383,14 +391,23 @@ export async function startBenchServers(opts: {
       ? await Promise.all([0, 1].map(() => freshTestDb(dirname(configFile), 'postgres', { durable: true })))
       : [];
   const dbEnv = (i: number): Record<string, string> => (dbs[i] ? { SHINE_DB: dbs[i].url } : {});
+  const rttMs = opts.rttMs ?? 0;
+  const ports = await Promise.all([0, 1].map(() => freePort()));
+  const links = rttMs > 0 ? await Promise.all(ports.map((port) => startDelayLink(port, rttMs / 2))) : [];
+  const closeLinks = async (): Promise<void> => {
+    await Promise.all(links.map((l) => l[Symbol.asyncDispose]()));
+  };
   const servers = await startFederatedProcesses(
-    [
-      { serverLogin: 'alpha', env: dbEnv(0) },
-      { serverLogin: 'beta', env: dbEnv(1) },
-    ],
+    ['alpha', 'beta'].map((serverLogin, i) => ({
+      serverLogin,
+      env: dbEnv(i),
+      port: ports[i]!,
+      ...(links[i] ? { publicWsUrl: links[i].wsUrl } : {}),
+    })),
     { SHINE_SQLITE_SYNC: opts.sync, SHINE_CONFIG_FILE: configFile, ...opts.env },
   ).catch(async (err: unknown) => {
     await Promise.all(dbs.map((d) => d.drop()));
+    await closeLinks();
     throw err;
   });
   return {
@@ -407,6 +424,7 @@ export async function startBenchServers(opts: {
     close: async () => {
       await Promise.all(servers.map((s) => s.close()));
       await Promise.all(dbs.map((d) => d.drop()));
+      await closeLinks();
     },
   };
 }
