@@ -191,7 +191,7 @@ describe('configInputFromEnv', () => {
 describe('config-file-only settings', () => {
   it('delivery pool, queue and profile refresh have defaults, take text, and refuse nonsense', () => {
     const d = resolveConfig({});
-    assert.deepEqual([d.deliveryPoolSize, d.deliveryQueueSize, d.profileRefreshMs], [32, 1024, 60_000]);
+    assert.deepEqual([d.deliveryPoolSize, d.deliveryQueueSize, d.profileRefreshMs], [256, 1024, 60_000]);
     const c = resolveConfig({ deliveryPoolSize: '8', deliveryQueueSize: 16, profileRefreshMs: '0' });
     assert.deepEqual([c.deliveryPoolSize, c.deliveryQueueSize, c.profileRefreshMs], [8, 16, 0]);
     assert.throws(() => resolveConfig({ deliveryPoolSize: 0 }), ConfigError);

@@ -16,6 +16,7 @@ import type { DeliveryState, DeliveryStateChangedEvent, OpPayload } from '../../
 import type { BackgroundQueue } from '../background/queue.js';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { Config } from '../config/config.js';
+import { CONFIG_DEFAULTS } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
@@ -153,8 +154,8 @@ export class DeliveryEngine {
     private readonly deps: DeliveryDeps,
     opts: DeliveryOptions = {},
   ) {
-    this.poolSize = opts.poolSize ?? 32;
-    this.queueSize = opts.queueSize ?? 1024;
+    this.poolSize = opts.poolSize ?? CONFIG_DEFAULTS.deliveryPoolSize;
+    this.queueSize = opts.queueSize ?? CONFIG_DEFAULTS.deliveryQueueSize;
     const m = deps.metrics;
     this.attempts = m.counter(
       'delivery_attempts_total',
