@@ -27,7 +27,7 @@
  * Env: BENCH_CLIENTS (20), BENCH_PAIRS (pairs per client, 250), BENCH_WINDOW (4), BENCH_SYNC (full),
  * BENCH_DB (sqlite | postgres), BENCH_S2S_TIMEOUT_MS (5000), BENCH_DOWN_MS (3 × BENCH_S2S_TIMEOUT_MS + 500),
  * BENCH_FIRST_WAIT_MS (the server's default), BENCH_FAULT (kill | stop | lock), BENCH_POOL (A's and B's
- * deliveryPoolSize; the server's default, 32), BENCH_RTT_MS (0: a round trip between A and B, through relays
+ * deliveryPoolSize; the server's default), BENCH_RTT_MS (0: a round trip between A and B, through relays
  * that hold every chunk half that long each way, bench/lib/delay-link.ts, as between two data centres).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -36,6 +36,7 @@ import type { BuiltPair, ShineClient } from '../src/client/index.js';
 import { textPair } from '../src/client/index.js';
 import { Tracker, benchUsers, connectBenchUsers, scrape, send, startBenchServers } from './lib/federated-load.js';
 import { machine, sqliteWriter } from './lib/machine.js';
+import { CONFIG_DEFAULTS } from '../src/server/config/config.js';
 import { inLanes } from './lib/send-load.js';
 import { backendCpuMeter } from './lib/pg-cpu.js';
 import { ascending, pct } from './lib/percentile.js';
@@ -161,7 +162,7 @@ try {
       setup: `A and B are separate \`shine serve\` processes on loopback${RTT_MS > 0 ? `, each calling the other over a ${RTT_MS} ms round trip` : ''}, s2sTimeoutMs ${S2S_TIMEOUT_MS} and firstAttemptWaitMs ${FIRST_WAIT_MS ?? 'default (3000)'} on both, default retry schedule and worker; ${{ stop: 'B stopped (SIGSTOP) before the sends and continued (SIGCONT)', lock: "B's signed_messages locked before the sends and released", kill: 'B killed (SIGTERM) before the sends and restarted' }[FAULT]} ${DOWN_MS} ms after the last answer`,
       fault: FAULT,
       linkRttMs: RTT_MS,
-      deliveryPoolSize: process.env.BENCH_POOL ? Number(process.env.BENCH_POOL) : 'default (32)',
+      deliveryPoolSize: process.env.BENCH_POOL ? Number(process.env.BENCH_POOL) : CONFIG_DEFAULTS.deliveryPoolSize,
       clients: CLIENTS,
       window: WINDOW,
       pairs: total,
