@@ -29,6 +29,7 @@ import {
 import { assertError } from '../helpers/assert.js';
 import { queryTestDb } from '../helpers/test-db.js';
 import { connectUser, makeUser } from '../helpers/users.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const repair = (httpUrl: string, owner?: string) =>
   adminCall<RepairSummary>(httpUrl, 'POST', `/admin/repair${owner ? `?owner=${owner}` : ''}`);
@@ -249,6 +250,62 @@ describe('anti-entropy ops: who may call them and what they answer', () => {
       { peers: 1, owners: 1, errors: 1 },
       JSON.stringify(summary),
     );
+  });
+
+  it('a repair of every shared user runs several owners at once: an owner whose digest waits holds up no other', async () => {
+    await using net = await startNetwork({
+      federate: true,
+      servers: [replicationServer('hotel1'), replicationServer('hotel2')],
+    });
+    const [H1, H2] = [net.servers[0]!, net.servers[1]!];
+    // Shared users are repaired in login order: hal0 first (alone), then hal1, whose digest is held, and hal2.
+    const logins = ['hal0', 'hal1', 'hal2'];
+    for (const login of logins) {
+      const user = makeUser(login, ['hotel1', 'hotel2'], seedFor(login));
+      for (const [i, s] of [H1, H2].entries()) await (await connectUser(s.wsUrl, user, `${login}-${i}`)).close();
+    }
+    // hal2's one copy is on hotel2 only: what the repair on hotel1 fetches.
+    const p = pairOf({ from: 'hal2', to: 'carol', timeMs: Date.now() - 60_000, nonce: 1 });
+    await H2.ctx.store.messages.storePair({
+      incoming: p.incoming,
+      outgoing: p.outgoing,
+      nowMs: Date.now(),
+      outbox: { owners: new Map([['hal2', true]]) },
+      delivery: null,
+    });
+    const replication = H2.ctx.store.replication;
+    const digest = replication.dmDigest.bind(replication);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    replication.dmDigest = async (owner, ranges) => {
+      if (owner === 'hal1') {
+        held = true;
+        await gate;
+      }
+      return digest(owner, ranges);
+    };
+    try {
+      const summary = repair(H1.httpUrl);
+      await waitUntil(
+        async () => (await dmSnapshot(H1, 'hal2')).copies.length > 0,
+        10_000,
+        "hal2's copy repaired while hal1's digest waits",
+      );
+      assert.ok(held, "hal1's digest was asked for and held");
+      release();
+      const done = await summary;
+      assert.deepEqual(await dmSnapshot(H1, 'hal2'), await dmSnapshot(H2, 'hal2'), "hal2's history equal");
+      assert.deepEqual(
+        { owners: done.owners, errors: done.errors, copiesRepaired: done.copiesRepaired },
+        // hal2's pair: both its copies.
+        { owners: 3, errors: 0, copiesRepaired: 2 },
+        JSON.stringify(done),
+      );
+    } finally {
+      release();
+      replication.dmDigest = digest;
+    }
   });
 
   it('DmDigest, DmKeys, DmFetch answer the owner’s copies to its other server, and each error code', async () => {

@@ -73,6 +73,19 @@ const OWNERS_AT_ONCE = 8;
  */
 const PAGE_MAX_BYTES = 1_000_000;
 
+/** Runs fn for each owner, OWNERS_AT_ONCE at a time, in order; no owner starts once stop() is true. */
+async function eachOwnerAtOnce(
+  owners: string[],
+  stop: () => boolean,
+  fn: (owner: string) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < owners.length && !stop()) await fn(owners[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, owners.length) }, lane));
+}
+
 interface SyncCursor {
   storedAtMs: number;
   key: string;
@@ -376,13 +389,13 @@ export class ReplicationService {
       if (onlyPeer !== undefined && peer !== onlyPeer) continue;
       summary.peers++;
       const owners = await store.directory.sharedUsers(config.serverLogin, peer);
-      let next = 0;
       let peerDown = false;
-      // OWNERS_AT_ONCE owners are pulled at once, each by itself as before: an owner's pull waits for its
-      // peer's answers (a round trip each, long between distant servers) far more than it works.
-      const puller = async (): Promise<void> => {
-        while (next < owners.length && !peerDown && !signal.aborted) {
-          const owner = owners[next++]!;
+      // An owner's pull waits for its peer's answers (a round trip each, long between distant servers) far more
+      // than it works.
+      await eachOwnerAtOnce(
+        owners,
+        () => peerDown || signal.aborted,
+        async (owner) => {
           summary.users++;
           try {
             // Each count is added once its pull is done (`x += await …` would read x before the wait, and lose
@@ -402,9 +415,8 @@ export class ReplicationService {
             else log.warn('sync with peer failed', { peer, owner, err: String(err) });
             if (unavailable(err)) peerDown = true; // the next owners would fail alike
           }
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, owners.length) }, puller));
+        },
+      );
       if (signal.aborted) break;
     }
     if (this.deps.chains && !signal.aborted) {
@@ -437,17 +449,23 @@ export class ReplicationService {
           (o) => !owner || o === owner,
         );
         if (owners.length > 0) summary.peers++;
-        for (const o of owners) {
-          if (signal.aborted) break;
+        let peerDown = false;
+        const repairOne = async (o: string): Promise<void> => {
           summary.owners++;
           try {
-            addRepairStats(summary, await this.antiEntropy.repairOwner(peer, o, signal));
+            const stats = await this.antiEntropy.repairOwner(peer, o, signal);
+            addRepairStats(summary, stats);
           } catch (err) {
             summary.errors++;
             log.warn('anti-entropy repair failed', { peer, owner: o, err: String(err) });
-            if (unavailable(err)) break; // the next owners would fail alike
+            if (unavailable(err)) peerDown = true; // the next owners would fail alike
           }
-        }
+        };
+        const stop = () => peerDown || signal.aborted;
+        // The first owner alone: a peer that does not answer is found by one owner's call and counted once, not
+        // once for each owner that would be under way beside it; then OWNERS_AT_ONCE at a time, as a cycle does.
+        await eachOwnerAtOnce(owners.slice(0, 1), stop, repairOne);
+        await eachOwnerAtOnce(owners.slice(1), stop, repairOne);
       }
     }
     summary.durationMs = clock.now() - started;
