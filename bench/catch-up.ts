@@ -18,7 +18,7 @@
  * catches up on many users at once.
  *
  * Then one more cycle runs, with nothing left to pull (`idleCycle`): what every periodic cycle costs, each user's
- * round trips to the peer.
+ * round trips to the peer. And then one `POST /admin/repair` of every shared user, the histories equal (`repairAll`).
  *
  * BENCH_RTT_MS puts a relay between the two servers that holds every byte for half that time each way
  * (bench/lib/delay-link.ts): a round trip of that many milliseconds, as between two data centres.
@@ -40,7 +40,8 @@ import { openSqliteStore } from '../src/server/store/sqlite/store.js';
 import type { Store } from '../src/server/store/types.js';
 import { TEST_DB_POOL_SIZE, freshTestDb, queryTestDb } from '../test/helpers/test-db.js';
 import { connectRaw } from '../test/helpers/raw-client.js';
-import { pairOf, seedB64For, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
+import { adminCall, pairOf, seedB64For, seedFor, syncNow, ADMIN_TOKEN } from '../test/helpers/replication.js';
+import type { RepairSummary } from '../src/protocol/ops.js';
 import { freePort, startServerProcess } from '../test/helpers/server-process.js';
 import { makeUser } from '../test/helpers/users.js';
 
@@ -182,6 +183,12 @@ const idleStarted = performance.now();
 const idle = await syncNow(puller.httpUrl);
 const idleCycleSeconds = (performance.now() - idleStarted) / 1000;
 if (idle.dmRows !== 0 || idle.errors !== 0) throw new Error(`the cycle after pulled again: ${JSON.stringify(idle)}`);
+// An operator's repair of every shared user (POST /admin/repair), the histories equal: one digest round trip a user.
+const repairStarted = performance.now();
+const repaired = await adminCall<RepairSummary>(puller.httpUrl, 'POST', '/admin/repair');
+const repairSeconds = (performance.now() - repairStarted) / 1000;
+if (repaired.copiesRepaired !== 0 || repaired.errors !== 0)
+  throw new Error(`the repair after found differences: ${JSON.stringify(repaired)}`);
 // Every pair must be filed as the source has it: delivered only with its proof checked (a refused proof
 // leaves it accepted), or failed.
 let wrongState: number;
@@ -236,6 +243,12 @@ console.log(
       what: 'the next cycle, nothing left to pull (settings, DM and anti-entropy round trips of every user)',
       users: idle.users,
       seconds: Number(idleCycleSeconds.toFixed(2)),
+    },
+    repairAll: {
+      what: 'POST /admin/repair of every shared user after the cycles, the histories equal',
+      owners: repaired.owners,
+      roundTrips: repaired.roundTrips,
+      seconds: Number(repairSeconds.toFixed(2)),
     },
     rawVerify: {
       library: 'sodium-native crypto_sign_verify_detached',
