@@ -11,13 +11,15 @@
  * client sent and delivered before the throughput clock starts, not counted; 0), BENCH_RATE (200),
  * BENCH_SECONDS (10), BENCH_SYNC (full), BENCH_DB (sqlite | postgres; sqlite), BENCH_TAIL (0; 1 adds `fixedRate.tail`: which GC pauses and event-loop
  * stalls of A, B, this process and an idle witness process the pairs at or above the p99 overlapped,
- * bench/lib/tail.ts; and `stallFloor`: an idle process's stalls in 10 s before the servers start).
+ * bench/lib/tail.ts; and `stallFloor`: an idle process's stalls in 10 s before the servers start), BENCH_RTT_MS (0: a
+ * round trip between A and B through relays that hold every chunk half that long each way, bench/lib/delay-link.ts).
  */
 import { machine } from './lib/machine.js';
 import { runFederatedSend } from './lib/federated-load.js';
 import { fsyncFloor } from './lib/fsync-floor.js';
 import { idleStallFloor } from './lib/tail.js';
 
+const RTT_MS = Number(process.env.BENCH_RTT_MS ?? 0);
 // The disk's floor under target 2, measured before the servers start.
 const floor = await fsyncFloor({ perSec: Number(process.env.BENCH_RATE ?? 200) });
 // With BENCH_TAIL=1, the machine's own stalls too: an idle process's, for 10 s.
@@ -32,6 +34,7 @@ const r = await runFederatedSend({
   sync: process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full',
   db: process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite',
   tail: process.env.BENCH_TAIL === '1',
+  rttMs: RTT_MS,
 });
 console.log(
   JSON.stringify({
@@ -41,8 +44,8 @@ console.log(
     durability: r.durability,
     db: r.db,
     sqliteWriter: r.sqliteWriter,
-    setup:
-      'A and B are separate `shine serve` processes on loopback, s2sAuth required, per-connection rate limit lifted; client, A and B share the cores',
+    setup: `A and B are separate \`shine serve\` processes on loopback${RTT_MS > 0 ? `, each calling the other over a ${RTT_MS} ms round trip` : ''}, s2sAuth required, per-connection rate limit lifted; client, A and B share the cores`,
+    linkRttMs: RTT_MS,
     throughput: r.throughput,
     fixedRate: r.fixedRate,
     peakRssMiB: r.peakRssMiB,

@@ -56,6 +56,8 @@ export interface FederatedSendOptions {
   db?: 'sqlite' | 'postgres';
   /** Record every process's GC pauses and event-loop stalls and say which the slowest pairs overlapped (bench/lib/tail.ts). */
   tail?: boolean;
+  /** A round trip between A and B (startBenchServers); 0 by default. */
+  rttMs?: number;
 }
 
 export interface FederatedSendResult {
@@ -484,7 +486,12 @@ export async function runFederatedSend(opts: FederatedSendOptions): Promise<Fede
   const WARMUP = opts.warmup ?? 0;
   const tail = opts.tail ? startTailRecording() : null;
   const kind = opts.db ?? 'sqlite';
-  const started = await startBenchServers({ sync: opts.sync, db: kind, ...(tail ? { env: tail.serverEnv } : {}) });
+  const started = await startBenchServers({
+    sync: opts.sync,
+    db: kind,
+    rttMs: opts.rttMs ?? 0,
+    ...(tail ? { env: tail.serverEnv } : {}),
+  });
   const { a, b, servers } = started;
   let clients: ShineClient[] = [];
   try {
