@@ -6,7 +6,14 @@
  * one block with the server's verifier (bench/verify.ts measures it in depth). Durability: SQLite WAL +
  * synchronous=FULL on every server (BENCH_SYNC=normal for NORMAL).
  *
- * Env: BENCH_CLIENTS (20), BENCH_BLOCKS (blocks per client, 100), BENCH_SYNC (full).
+ * BENCH_BACKFILL=1 stops C before the appends and starts it again once B holds every block: C then pulls every chain
+ * from its partners by backfill (§14.3: GetChainHeads, then GetChain per chain), in the cycle POST /admin/sync runs.
+ * `backfill` says how long from C's start until it held every block. BENCH_RTT_MS puts a relay in front of each server
+ * (bench/lib/delay-link.ts) that holds every chunk half that long each way: the servers' calls to each other take that
+ * round trip, as between data centres (the clients reach A directly).
+ *
+ * Env: BENCH_CLIENTS (20), BENCH_BLOCKS (blocks per client, 100), BENCH_SYNC (full), BENCH_BACKFILL (0),
+ * BENCH_RTT_MS (0).
  */
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,8 +24,11 @@ import { sodiumVerifier } from '../src/server/crypto/verifier.js';
 import { fromBase64 } from '../src/protocol/bytes.js';
 import { metricSum } from '../test/helpers/metrics.js';
 import { makeBlocks } from '../test/helpers/chains.js';
-import { startFederatedProcesses } from '../test/helpers/federated-processes.js';
+import { ADMIN_TOKEN, startFederatedProcesses } from '../test/helpers/federated-processes.js';
 import type { ServerProcess } from '../test/helpers/server-process.js';
+import { freePort } from '../test/helpers/server-process.js';
+import { adminCall } from '../test/helpers/replication.js';
+import { startDelayLink } from './lib/delay-link.js';
 import { connectUser, makeUser } from '../test/helpers/users.js';
 import { waitUntil } from '../test/helpers/wait.js';
 
@@ -26,6 +36,8 @@ const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
 const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 100);
 const SYNC = process.env.BENCH_SYNC === 'normal' ? 'normal' : 'full';
 const TOTAL = CLIENTS * BLOCKS;
+const BACKFILL = process.env.BENCH_BACKFILL === '1';
+const RTT_MS = Number(process.env.BENCH_RTT_MS ?? 0);
 
 const users = Array.from({ length: CLIENTS }, (_, i) => makeUser(`user${i}`, ['alpha']));
 // Signed before any server starts: the clients only send.
@@ -34,15 +46,20 @@ const chains = users.map((u) => makeBlocks(u, BLOCKS));
 const configFile = join(mkdtempSync(join(tmpdir(), 'shine-bench-cfg-')), 'config.json');
 writeFileSync(configFile, JSON.stringify(UNLIMITED_RATE));
 const logins = ['alpha', 'beta', 'gamma'];
+const ports = await Promise.all(logins.map(() => freePort()));
+const links = RTT_MS > 0 ? await Promise.all(ports.map((port) => startDelayLink(port, RTT_MS / 2))) : [];
 const servers = (await startFederatedProcesses(
-  logins.map((serverLogin) => ({
+  logins.map((serverLogin, i) => ({
     serverLogin,
+    port: ports[i]!,
+    ...(links[i] ? { publicWsUrl: links[i].wsUrl } : {}),
     env: { SHINE_CHAIN_PARTNERS: logins.filter((l) => l !== serverLogin).join(',') },
   })),
   { SHINE_SQLITE_SYNC: SYNC, SHINE_CONFIG_FILE: configFile },
 )) as [ServerProcess, ServerProcess, ServerProcess];
 const [a, b, c] = servers;
 try {
+  if (BACKFILL) await c.kill('SIGTERM');
   const sessions = await Promise.all(users.map((u) => connectUser(a.wsUrl, u, 'bench')));
   // Pushed (receive) or pulled by backfill (pull): a partner holds every block once their sum is the total.
   const received = (s: ServerProcess) => metricSum(s.httpUrl, 'shine_chain_blocks_stored_total');
@@ -54,11 +71,21 @@ try {
   );
   const appendMs = performance.now() - t0;
   await waitUntil(
-    async () => (await received(b)) >= TOTAL && (await received(c)) >= TOTAL,
+    async () => (await received(b)) >= TOTAL && (BACKFILL || (await received(c)) >= TOTAL),
     600_000,
-    'both partners hold every block',
+    BACKFILL ? 'B holds every block' : 'both partners hold every block',
   );
   const mirrorMs = performance.now() - t0;
+  // C comes back and pulls every chain (its start-up cycle; POST /admin/sync joins it, or runs one).
+  let backfill: { seconds: number; blocksPerSec: number; cycle: unknown } | null = null;
+  if (BACKFILL) {
+    await c.restart();
+    const b0 = performance.now();
+    const cycle = await adminCall(c.httpUrl, 'POST', '/admin/sync', ADMIN_TOKEN);
+    await waitUntil(async () => (await received(c)) >= TOTAL, 600_000, 'C holds every block');
+    const ms = performance.now() - b0;
+    backfill = { seconds: Number((ms / 1000).toFixed(2)), blocksPerSec: Math.round(TOTAL / (ms / 1000)), cycle };
+  }
   await Promise.all(sessions.map((s) => s.close()));
 
   // The server's verifier on one block, for about a second.
@@ -78,15 +105,18 @@ try {
       date: new Date().toISOString(),
       machine: machine(),
       durability: `SQLite WAL + synchronous=${SYNC.toUpperCase()} on every server`,
-      setup: `A, B, C separate \`shine serve\` processes on loopback, each the chain partner of the other two; ${CLIENTS} clients on A, each appending ${BLOCKS} blocks (${block.bytes.length} bytes) to its own chain one at a time; clients and servers share the cores`,
+      setup: `A, B, C separate \`shine serve\` processes on loopback${RTT_MS > 0 ? `, calling each other over a ${RTT_MS} ms round trip` : ''}, each the chain partner of the other two; ${CLIENTS} clients on A, each appending ${BLOCKS} blocks (${block.bytes.length} bytes) to its own chain one at a time; clients and servers share the cores${BACKFILL ? '; C stopped during the appends, then started and caught up by backfill' : ''}`,
+      linkRttMs: RTT_MS,
       blocks: TOTAL,
       appendBlocksPerSec: Math.round(TOTAL / (appendMs / 1000)),
       mirroredBlocksPerSec: Math.round(TOTAL / (mirrorMs / 1000)),
       appendSeconds: Number((appendMs / 1000).toFixed(2)),
       mirroredSeconds: Number((mirrorMs / 1000).toFixed(2)),
+      ...(backfill ? { backfill } : {}),
       rawVerifyPerSec: { sodium: verifyPerSec },
     }),
   );
 } finally {
   await Promise.all(servers.map((s) => s.close()));
+  await Promise.all(links.map((l) => l[Symbol.asyncDispose]()));
 }

@@ -24,6 +24,7 @@ import { ConfigError } from '../config/config.js';
 import type { Directory } from '../directory/service.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
 import { KeyedMutex } from '../keyed-mutex.js';
+import { eachAtOnce } from '../at-once.js';
 import type { Logger } from '../log.js';
 import type { Counter, Metrics } from '../metrics.js';
 import type { Session, UserSession } from '../sessions.js';
@@ -69,6 +70,12 @@ const PUSH_PAGE = 100;
 const MAX_CHAIN_PAGE_BYTES = 2_000_000;
 /** Chains sent to one partner at the same time (their blocks share the partner's commits). */
 const PUSH_LANES = 8;
+/**
+ * Chains a backfill catches up at once from one partner, each with one GetChain in flight: their answers, at most
+ * about 2.7 MB of JSON each, stay under the 16 MiB a partner's socket may hold unsent before the partner cuts it off
+ * as a slow reader (`wsMaxBufferedBytes`).
+ */
+const CHAINS_AT_ONCE = 4;
 
 /** SHA-256 of a block's whole bytes as hex: node:crypto on the server (docs/protocol.md §14.1). */
 const serverBlockHash = (bytes: Uint8Array): string => sha256(bytes, 'hex');
@@ -501,12 +508,26 @@ export class ChainService {
     let pulled = 0;
     for (;;) {
       const page = await peers.call(partner, 'GetChainHeads', { afterGlobalSeq: cursor, limit: MAX_CHAIN_HEADS });
-      for (const item of page.items) {
-        if (signal.aborted) return pulled;
-        pulled += await this.chainLock.run(item.login, () =>
-          this.catchUp(partner, item.login, { index: item.headIndex, hash: item.headHash }, signal),
-        );
-      }
+      // CHAINS_AT_ONCE chains are caught up at once: each waits for the partner's pages far more than it works. The
+      // first failure starts no more of them, and ends the backfill (the cursor stays) once those under way end.
+      const failure: { err?: unknown } = {};
+      await eachAtOnce(
+        page.items,
+        CHAINS_AT_ONCE,
+        () => 'err' in failure || signal.aborted,
+        async (item) => {
+          try {
+            const n = await this.chainLock.run(item.login, () =>
+              this.catchUp(partner, item.login, { index: item.headIndex, hash: item.headHash }, signal),
+            );
+            pulled += n;
+          } catch (err) {
+            if (!('err' in failure)) failure.err = err;
+          }
+        },
+      );
+      if ('err' in failure) throw failure.err;
+      if (signal.aborted) return pulled;
       if (page.nextGlobalSeq > cursor) {
         cursor = page.nextGlobalSeq;
         await store.chains.setPartnerCursor(partner, cursor);

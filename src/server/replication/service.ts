@@ -3,6 +3,7 @@
  * UserSettingsSyncBatch and MarkAllUserSettingsUnsynced, and the puller that runs a cycle at start-up,
  * every syncIntervalMs and on demand.
  */
+import { eachAtOnce } from '../at-once.js';
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { messageKeyOf, ownerOf, pairProblem } from '../../protocol/container.js';
@@ -72,19 +73,6 @@ const OWNERS_AT_ONCE = 8;
  * unsent before the peer cuts it off as a slow reader (`wsMaxBufferedBytes`).
  */
 const PAGE_MAX_BYTES = 1_000_000;
-
-/** Runs fn for each owner, OWNERS_AT_ONCE at a time, in order; no owner starts once stop() is true. */
-async function eachOwnerAtOnce(
-  owners: string[],
-  stop: () => boolean,
-  fn: (owner: string) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < owners.length && !stop()) await fn(owners[next++]!);
-  };
-  await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, owners.length) }, lane));
-}
 
 interface SyncCursor {
   storedAtMs: number;
@@ -392,8 +380,9 @@ export class ReplicationService {
       let peerDown = false;
       // An owner's pull waits for its peer's answers (a round trip each, long between distant servers) far more
       // than it works.
-      await eachOwnerAtOnce(
+      await eachAtOnce(
         owners,
+        OWNERS_AT_ONCE,
         () => peerDown || signal.aborted,
         async (owner) => {
           summary.users++;
@@ -464,8 +453,8 @@ export class ReplicationService {
         const stop = () => peerDown || signal.aborted;
         // The first owner alone: a peer that does not answer is found by one owner's call and counted once, not
         // once for each owner that would be under way beside it; then OWNERS_AT_ONCE at a time, as a cycle does.
-        await eachOwnerAtOnce(owners.slice(0, 1), stop, repairOne);
-        await eachOwnerAtOnce(owners.slice(1), stop, repairOne);
+        await eachAtOnce(owners.slice(0, 1), OWNERS_AT_ONCE, stop, repairOne);
+        await eachAtOnce(owners.slice(1), OWNERS_AT_ONCE, stop, repairOne);
       }
     }
     summary.durationMs = clock.now() - started;
