@@ -52,6 +52,82 @@ describe('user chains between partners', { concurrency: suiteConcurrency() }, ()
     void gamma;
   });
 
+  it('pushes to a partner run many chains at once: chains whose blocks wait there hold up no other', async () => {
+    // A call waits for its answer up to a minute: a push that waits does not give its lane up within the test.
+    await using net = await startNetwork({
+      federate: true,
+      servers: partners(['alpha', 'gamma'], () => ({ s2sTimeoutMs: 60_000 })),
+    });
+    const [alpha, gamma] = net.servers as [RunningServer, RunningServer];
+    // gamma stores no block of the first 16 users until the test lets it go: twice the lanes pushes used to have.
+    const held = new Set(Array.from({ length: 16 }, (_, i) => `held${String(i).padStart(2, '0')}`));
+    const chains = gamma.ctx.store.chains;
+    const append = chains.append.bind(chains);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const waiting = new Set<string>();
+    chains.append = async (block) => {
+      if (held.has(block.login)) {
+        waiting.add(block.login);
+        await gate;
+      }
+      return append(block);
+    };
+    try {
+      for (const login of [...held, 'zoe']) {
+        const user = makeUser(login, ['alpha']);
+        await using session = await connectUser(alpha.wsUrl, user);
+        await addBlocks(session, makeBlocks(user, 1));
+      }
+      await waitUntil(() => sameHead(alpha, gamma, 'zoe'), 10_000, "zoe's block pushed while 16 chains' blocks wait");
+      assert.equal(waiting.size, held.size, 'every held chain was being pushed at once');
+      release();
+      for (const login of held) await waitUntil(() => sameHead(alpha, gamma, login), 10_000, `${login}'s block pushed`);
+    } finally {
+      release();
+      chains.append = append;
+    }
+  });
+
+  it('a backfill catches up several chains at once: a chain whose pages wait holds up no other', async () => {
+    await using net = await startNetwork({ federate: true, servers: partners(['alpha', 'gamma']) });
+    const [alpha] = net.servers as [RunningServer, RunningServer];
+    await net.stop(1);
+    // alice's head comes first in alpha's GetChainHeads (appended first), bob's after it.
+    const users = [makeUser('alice', ['alpha']), makeUser('bob', ['alpha'])];
+    for (const user of users) {
+      await using session = await connectUser(alpha.wsUrl, user);
+      await addBlocks(session, makeBlocks(user, 3));
+    }
+    // alpha's pushes to gamma fail until the (compressed) hour of retries is over and it gives up.
+    await alpha.drain();
+    const chains = alpha.ctx.store.chains;
+    const blocks = chains.blocks.bind(chains);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let held = false;
+    chains.blocks = async (login, fromIndex, limit) => {
+      if (login === 'alice') {
+        held = true;
+        await gate;
+      }
+      return blocks(login, fromIndex, limit);
+    };
+    try {
+      const gamma = await net.start(1);
+      const cycle = adminSync(gamma);
+      await waitUntil(() => sameHead(alpha, gamma, 'bob'), 10_000, "bob's chain pulled while alice's pages wait");
+      assert.ok(held, "alice's pages were asked for and held");
+      release();
+      const summary = (await cycle) as unknown as { chainBlocksPulled: number; errors: number };
+      assert.deepEqual({ pulled: summary.chainBlocksPulled, errors: summary.errors }, { pulled: 6, errors: 0 });
+      assert.ok(await sameHead(alpha, gamma, 'alice'), 'alice’s chain pulled once let go');
+    } finally {
+      release();
+      chains.blocks = blocks;
+    }
+  });
+
   it('c) a block pushed out of order (head + 2) is refused with CHAIN_GAP and the sender fills the gap; nothing is stored out of order', async () => {
     await using net = await startNetwork({ federate: true, servers: partners(['alpha', 'beta'], () => PATIENT) });
     const [alpha, beta] = net.servers as [RunningServer, RunningServer];

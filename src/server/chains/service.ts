@@ -64,12 +64,18 @@ export interface ChainDebug {
   resync: ResyncMarker | null;
 }
 
-/** Blocks per page when a push reads its tail, and per GetChain when a backfill or resync pulls. */
-const PUSH_PAGE = 100;
+/**
+ * Blocks a push reads from its chain's tail at a time (each is then sent by its own ReceiveBlock): with PUSH_LANES
+ * chains in hand, at most about 67 MB of blocks are held for one partner.
+ */
+const PUSH_PAGE = 16;
 /** Block bytes in one GetChain answer (at least one block): base64 makes it about 2.7 MB of JSON. */
 const MAX_CHAIN_PAGE_BYTES = 2_000_000;
-/** Chains sent to one partner at the same time (their blocks share the partner's commits). */
-const PUSH_LANES = 8;
+/**
+ * Chains sent to one partner at the same time (their blocks share the partner's commits). Each waits a round trip
+ * per block, so between distant servers the lanes set how fast blocks are mirrored (docs/protocol.md decision 58).
+ */
+const PUSH_LANES = 64;
 /**
  * Chains a backfill catches up at once from one partner, each with one GetChain in flight: their answers, at most
  * about 2.7 MB of JSON each, stay under the 16 MiB a partner's socket may hold unsent before the partner cuts it off
@@ -370,7 +376,10 @@ export class ChainService {
       if (!m) this.outgoing.set(partner, (m = new Map()));
       m.set(login, Math.min(m.get(login) ?? fromIndex, fromIndex));
       const lanes = this.lanes.get(partner) ?? 0;
-      if (lanes < PUSH_LANES && lanes < m.size) {
+      // A lane not sending is about to take a queued chain: one more starts while queued chains outnumber those (a
+      // lane waiting for the partner's answer does not hold up the chains queued behind it).
+      const idle = lanes - (this.sending.get(partner)?.size ?? 0);
+      if (lanes < PUSH_LANES && m.size > idle) {
         this.lanes.set(partner, lanes + 1);
         this.deps.background.run('chain push', { partner }, (signal) => this.pushWorker(partner, m, signal));
       }
