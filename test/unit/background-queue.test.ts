@@ -44,6 +44,28 @@ describe('BackgroundQueue', () => {
     assert.equal(queue.size, 0);
   });
 
+  it('a task that ends with the shutdown’s abort is not logged as failed; one failing otherwise meanwhile is', async () => {
+    const { queue, lines } = setup();
+    queue.run('chain push', { partner: 'gamma' }, (signal) => untilAborted(new Promise(() => {}), signal));
+    queue.run('cleanup', {}, async (signal) => {
+      await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve()));
+      throw new Error('disk on fire');
+    });
+    // Both are waiting when the shutdown comes.
+    await new Promise((r) => setImmediate(r));
+    await queue.close();
+    const failures = lines.filter((l) => l.level === 'error');
+    assert.deepEqual(
+      failures.map((l) => l.task),
+      ['cleanup'],
+      JSON.stringify(lines),
+    );
+    assert.ok(
+      lines.some((l) => l.level === 'debug' && l.task === 'chain push'),
+      'the stopped task is logged at debug',
+    );
+  });
+
   it('drain() on an idle queue resolves at once', async () => {
     const { queue } = setup();
     await queue.drain();

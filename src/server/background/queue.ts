@@ -41,7 +41,12 @@ export class BackgroundQueue {
       .then(() => task(this.signal))
       .then(
         () => undefined,
-        (err: unknown) => this.log.error('background task failed', Object.assign({ task: name }, context, { err })),
+        (err: unknown) => {
+          // A task that ends with the shutdown's own abort (a retry's wait, a call cut short) did not fail.
+          if (this.signal.aborted && err === this.signal.reason)
+            this.log.debug('background task stopped: shutting down', Object.assign({ task: name }, context));
+          else this.log.error('background task failed', Object.assign({ task: name }, context, { err }));
+        },
       )
       .finally(() => this.running.delete(done));
     this.running.add(done);
