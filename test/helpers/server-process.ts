@@ -1,7 +1,7 @@
 /** Starts `shine serve` as a separate process on a loopback port (fault tests kill it; benchmarks measure it). */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -225,4 +225,11 @@ export async function startServerProcess(opts: ServerProcessOptions = {}): Promi
     close,
     [Symbol.asyncDispose]: close,
   };
+}
+
+/** A SHINE_CONFIG_FILE holding settings (those without an environment variable), in a fresh temporary folder. */
+export function configFileWith(settings: ConfigInput): string {
+  const file = join(mkdtempSync(join(tmpdir(), 'shine-config-')), 'config.json');
+  writeFileSync(file, JSON.stringify(settings));
+  return file;
 }

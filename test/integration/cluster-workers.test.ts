@@ -26,6 +26,7 @@ import type { Cluster, ClusterBesideBeta } from '../helpers/cluster.js';
 import { startClusterBesideBeta } from '../helpers/cluster.js';
 import { connectIdentity, metricSum, warmUp, wholeHistory } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
+import { configFileWith } from '../helpers/server-process.js';
 import { metricSumOver } from '../helpers/metrics.js';
 import { waitUntil } from '../helpers/wait.js';
 import type { WsProxy } from '../helpers/ws-proxy.js';
@@ -60,6 +61,8 @@ describe('delivery workers of three processes of one server', () => {
         SHINE_S2S_TIMEOUT_MS: '3000',
         SHINE_FIRST_ATTEMPT_WAIT_MS: '300',
         SHINE_RETRY_SCHEDULE_MS: SCHEDULE,
+        // The pool ROWS was sized for (the default is 256).
+        SHINE_CONFIG_FILE: configFileWith({ deliveryPoolSize: 32 }),
       },
     });
     ({ cluster, beta, relay } = setup);

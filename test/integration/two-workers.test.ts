@@ -43,7 +43,7 @@ import { toBase64 } from '../../src/protocol/bytes.js';
 import type { Store } from '../../src/server/store/types.js';
 import { connectIdentity, metricSum, profileOf } from '../helpers/federated-processes.js';
 import type { ServerProcess } from '../helpers/server-process.js';
-import { freePort, startServerProcess } from '../helpers/server-process.js';
+import { configFileWith, freePort, startServerProcess } from '../helpers/server-process.js';
 import type { TestDb } from '../helpers/test-db.js';
 import { freshRedisPrefix, freshTestDb, openTestStore, testRedisUrl } from '../helpers/test-db.js';
 import { metricSumOver } from '../helpers/metrics.js';
@@ -78,6 +78,9 @@ describe('two workers sharing one database', () => {
       SHINE_PEERS: `beta=ws://127.0.0.1:${pB}/ws`,
       SHINE_WORKER_TICK_MS: '50',
       SHINE_S2S_TIMEOUT_MS: '500',
+      // The pool this test's counts were sized for (the default is 256): the rows wait in the queue longer than
+      // a lease, and B takes at most 2 × 32 calls at once.
+      SHINE_CONFIG_FILE: configFileWith({ deliveryPoolSize: 32 }),
       // Quick retries for a call that timed out; the last offset is never reached, so no row can fail.
       // Offsets count from acceptance, and on a loaded machine B may take half a minute to take the whole
       // burst (on PostgreSQL every call is a transaction of its own): a call timing out after the last
