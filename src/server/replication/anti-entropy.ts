@@ -7,6 +7,7 @@
  * The `synced` flags trust both sides' memories; this does not: a server restored from an old backup
  * finds and fills its holes here, with no event and no re-delivery.
  */
+import { eachAtOnce } from '../at-once.js';
 import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import { compareRevision, incomingKeyOf, outgoingKeyOf, parseSyncId, syncIdOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
@@ -222,7 +223,7 @@ export class AntiEntropy {
     let level = await differing({ fromTimeMs: 0, toTimeMs: this.deps.clock.now() + WINDOW_AHEAD_MS }, 1);
     while (level.length > 0) {
       const next: Differing[] = [];
-      await eachAtMost(CONCURRENCY, level, async ({ range, copies }) => {
+      await eachAtOnce(level, CONCURRENCY, async ({ range, copies }) => {
         const width = range.toTimeMs - range.fromTimeMs;
         if (copies <= LEAF_COPIES || width <= 1) leaves.push(range);
         else
@@ -237,7 +238,7 @@ export class AntiEntropy {
     }
     // 2. List the small ranges on both sides: the rows this server lacks or holds older.
     const wanted: WantedRow[] = [];
-    await eachAtMost(CONCURRENCY, leaves, async (leaf) => {
+    await eachAtOnce(leaves, CONCURRENCY, async (leaf) => {
       wanted.push(...(await this.diffLeaf(peer, owner, leaf, call, stats)));
     });
     // 3. Fetch them in batches of whole rows, each batch stored while the next is fetched.
@@ -336,15 +337,6 @@ interface WantedRow {
   primary: string;
   keys: string[];
   revision: Revision;
-}
-
-/** Runs fn over items with at most n at a time. */
-async function eachAtMost<T>(n: number, items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < items.length) await fn(items[next++]!);
-  };
-  await Promise.all(Array.from({ length: Math.min(n, items.length) }, lane));
 }
 
 const rangeOf = (r: TimeRange): TimeRange => ({ fromTimeMs: r.fromTimeMs, toTimeMs: r.toTimeMs });

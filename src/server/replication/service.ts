@@ -383,7 +383,6 @@ export class ReplicationService {
       await eachAtOnce(
         owners,
         OWNERS_AT_ONCE,
-        () => peerDown || signal.aborted,
         async (owner) => {
           summary.users++;
           try {
@@ -405,6 +404,7 @@ export class ReplicationService {
             if (unavailable(err)) peerDown = true; // the next owners would fail alike
           }
         },
+        () => peerDown || signal.aborted,
       );
       if (signal.aborted) break;
     }
@@ -445,6 +445,7 @@ export class ReplicationService {
             const stats = await this.antiEntropy.repairOwner(peer, o, signal);
             addRepairStats(summary, stats);
           } catch (err) {
+            if (signal.aborted) return; // the server is stopping: not the owner's failure
             summary.errors++;
             log.warn('anti-entropy repair failed', { peer, owner: o, err: String(err) });
             if (unavailable(err)) peerDown = true; // the next owners would fail alike
@@ -453,8 +454,8 @@ export class ReplicationService {
         const stop = () => peerDown || signal.aborted;
         // The first owner alone: a peer that does not answer is found by one owner's call and counted once, not
         // once for each owner that would be under way beside it; then OWNERS_AT_ONCE at a time, as a cycle does.
-        await eachAtOnce(owners.slice(0, 1), OWNERS_AT_ONCE, stop, repairOne);
-        await eachAtOnce(owners.slice(1), OWNERS_AT_ONCE, stop, repairOne);
+        await eachAtOnce(owners.slice(0, 1), OWNERS_AT_ONCE, repairOne, stop);
+        await eachAtOnce(owners.slice(1), OWNERS_AT_ONCE, repairOne, stop);
       }
     }
     summary.durationMs = clock.now() - started;
