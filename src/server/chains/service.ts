@@ -125,6 +125,8 @@ export class ChainService {
   /** Per partner: the senders running, and the chains one of them is sending now. */
   private readonly lanes = new Map<string, number>();
   private readonly sending = new Map<string, Set<string>>();
+  /** Per partner: the senders waiting out a retry (they take no queued chain meanwhile). */
+  private readonly sleeping = new Map<string, number>();
   /** Per partner and login: the last block it acknowledged (debug; persisted after each push run). */
   private readonly acked = new Map<string, Map<string, { index: number; hash: string; atMs: number }>>();
   /** One catch-up or resync of a chain at a time in this process. */
@@ -376,10 +378,14 @@ export class ChainService {
       if (!m) this.outgoing.set(partner, (m = new Map()));
       m.set(login, Math.min(m.get(login) ?? fromIndex, fromIndex));
       const lanes = this.lanes.get(partner) ?? 0;
-      // A lane not sending is about to take a queued chain: one more starts while queued chains outnumber those (a
-      // lane waiting for the partner's answer does not hold up the chains queued behind it).
-      const idle = lanes - (this.sending.get(partner)?.size ?? 0);
-      if (lanes < PUSH_LANES && m.size > idle) {
+      // A lane neither sending nor waiting out a retry is about to take a queued chain: one more starts while the
+      // chains a lane could take outnumber those lanes, so a lane waiting for the partner holds up no chain queued
+      // behind it. A chain queued again while a lane sends it waits for that lane.
+      const sending = this.sending.get(partner);
+      let takeable = m.size;
+      for (const inHand of sending ?? []) if (m.has(inHand)) takeable--;
+      const idle = lanes - (sending?.size ?? 0) - (this.sleeping.get(partner) ?? 0);
+      if (lanes < PUSH_LANES && takeable > idle) {
         this.lanes.set(partner, lanes + 1);
         this.deps.background.run('chain push', { partner }, (signal) => this.pushWorker(partner, m, signal));
       }
@@ -428,7 +434,12 @@ export class ChainService {
             return;
           }
           const wait = Math.max(0, failingSince + offset - clock.now());
-          await untilAborted(new Promise<void>((resolve) => clock.setTimer(wait, resolve)), signal);
+          this.sleeping.set(partner, (this.sleeping.get(partner) ?? 0) + 1);
+          try {
+            await untilAborted(new Promise<void>((resolve) => clock.setTimer(wait, resolve)), signal);
+          } finally {
+            this.sleeping.set(partner, this.sleeping.get(partner)! - 1);
+          }
         }
       }
     } finally {
@@ -519,23 +530,17 @@ export class ChainService {
       const page = await peers.call(partner, 'GetChainHeads', { afterGlobalSeq: cursor, limit: MAX_CHAIN_HEADS });
       // CHAINS_AT_ONCE chains are caught up at once: each waits for the partner's pages far more than it works. The
       // first failure starts no more of them, and ends the backfill (the cursor stays) once those under way end.
-      const failure: { err?: unknown } = {};
       await eachAtOnce(
         page.items,
         CHAINS_AT_ONCE,
-        () => 'err' in failure || signal.aborted,
         async (item) => {
-          try {
-            const n = await this.chainLock.run(item.login, () =>
-              this.catchUp(partner, item.login, { index: item.headIndex, hash: item.headHash }, signal),
-            );
-            pulled += n;
-          } catch (err) {
-            if (!('err' in failure)) failure.err = err;
-          }
+          const n = await this.chainLock.run(item.login, () =>
+            this.catchUp(partner, item.login, { index: item.headIndex, hash: item.headHash }, signal),
+          );
+          pulled += n;
         },
+        () => signal.aborted,
       );
-      if ('err' in failure) throw failure.err;
       if (signal.aborted) return pulled;
       if (page.nextGlobalSeq > cursor) {
         cursor = page.nextGlobalSeq;
