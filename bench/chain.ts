@@ -8,7 +8,8 @@
  *
  * BENCH_BACKFILL=1 stops C before the appends and starts it again once B holds every block: C then pulls every chain
  * from its partners by backfill (§14.3: GetChainHeads, then GetChain per chain), in the cycle POST /admin/sync runs.
- * `backfill` says how long from C's start until it held every block. BENCH_RTT_MS puts a relay in front of each server
+ * `backfill` says how long from C's start (its process starting included) until it held every block, and how many
+ * of them it pulled. BENCH_RTT_MS puts a relay in front of each server
  * (bench/lib/delay-link.ts) that holds every chunk half that long each way: the servers' calls to each other take that
  * round trip, as between data centres (the clients reach A directly).
  *
@@ -56,7 +57,10 @@ const servers = (await startFederatedProcesses(
     env: { SHINE_CHAIN_PARTNERS: logins.filter((l) => l !== serverLogin).join(',') },
   })),
   { SHINE_SQLITE_SYNC: SYNC, SHINE_CONFIG_FILE: configFile },
-)) as [ServerProcess, ServerProcess, ServerProcess];
+).catch(async (err: unknown) => {
+  await Promise.all(links.map((l) => l[Symbol.asyncDispose]()));
+  throw err;
+})) as [ServerProcess, ServerProcess, ServerProcess];
 const [a, b, c] = servers;
 try {
   if (BACKFILL) await c.kill('SIGTERM');
@@ -77,14 +81,23 @@ try {
   );
   const mirrorMs = performance.now() - t0;
   // C comes back and pulls every chain (its start-up cycle; POST /admin/sync joins it, or runs one).
-  let backfill: { seconds: number; blocksPerSec: number; cycle: unknown } | null = null;
+  let backfill: Record<string, unknown> | null = null;
   if (BACKFILL) {
-    await c.restart();
     const b0 = performance.now();
+    await c.restart();
+    const startMs = performance.now() - b0;
     const cycle = await adminCall(c.httpUrl, 'POST', '/admin/sync', ADMIN_TOKEN);
     await waitUntil(async () => (await received(c)) >= TOTAL, 600_000, 'C holds every block');
     const ms = performance.now() - b0;
-    backfill = { seconds: Number((ms / 1000).toFixed(2)), blocksPerSec: Math.round(TOTAL / (ms / 1000)), cycle };
+    backfill = {
+      /** From C's start (its process starting included) until it held every block. */
+      seconds: Number((ms / 1000).toFixed(2)),
+      /** C's process start, until it answered its health check (its start-up cycle may begin before). */
+      startSeconds: Number((startMs / 1000).toFixed(2)),
+      /** Blocks C stored by its backfill; the rest came by A's and B's pushes, retried once C was back. */
+      pulled: await metricSum(c.httpUrl, 'shine_chain_blocks_stored_total', { via: 'pull' }),
+      cycle,
+    };
   }
   await Promise.all(sessions.map((s) => s.close()));
 
