@@ -1,13 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { eachAtOnce } from '../../src/server/at-once.js';
-
-/** A promise with its resolve handle, so a test decides when an item ends. */
-function gate(): { promise: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const promise = new Promise<void>((r) => (open = r));
-  return { promise, open };
-}
+import { gate } from '../helpers/gate.js';
 
 describe('eachAtOnce', () => {
   it('runs at most `limit` items at once, in order, and every item once', async () => {

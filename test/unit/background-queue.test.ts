@@ -2,18 +2,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { BackgroundQueue, untilAborted } from '../../src/server/background/queue.js';
 import { createLogger } from '../../src/server/log.js';
+import { gate } from '../helpers/gate.js';
 
 function setup() {
   const lines: Record<string, unknown>[] = [];
   const queue = new BackgroundQueue(createLogger('debug', (l) => lines.push(JSON.parse(l) as Record<string, unknown>)));
   return { queue, lines };
-}
-
-/** A promise with its resolve handle, so a test decides when a task ends. */
-function gate(): { promise: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const promise = new Promise<void>((r) => (open = r));
-  return { promise, open };
 }
 
 describe('BackgroundQueue', () => {
