@@ -52,6 +52,11 @@ const syncBatch = z.object({
 export const MAX_DIGEST_BUCKETS = 4096;
 export const MAX_KEYS_ITEMS = 1000;
 export const MAX_FETCH_KEYS = 200;
+/**
+ * Container bytes in one DmFetch answer (at least one row): about 1.3 MB as base64, well inside a frame's 4 MiB, and
+ * as much as one page of the cycle's pull asks for (docs/protocol.md decision 59).
+ */
+export const MAX_FETCH_BYTES = 1_000_000;
 
 /** An owner's half-open range of message times, [fromTimeMs, toTimeMs), as the anti-entropy ops take it. */
 const timeRange = z.object({
@@ -305,6 +310,7 @@ export const opAnswerSchemas = {
   }),
   DmFetch: z.object({
     items: z.array(z.object({ messageKey: z.string(), blobB64: z.string(), storedAtMs: num.optional() })),
+    hasMore: z.boolean().optional(),
   }),
   AddBlock: z.object({ login: z.string(), index: num, blockHash: z.string(), globalSeq: num }),
   GetChain: z.object({

@@ -308,6 +308,78 @@ describe('anti-entropy ops: who may call them and what they answer', () => {
     }
   });
 
+  it('a repair of copies too large for one frame: DmFetch answers are cut at 1 000 000 bytes, the rest asked again', async () => {
+    await using net = await startNetwork({
+      federate: true,
+      servers: [
+        replicationServer('kilo1', { syncOnReturnMs: 600_000 }),
+        replicationServer('kilo2', { syncOnReturnMs: 600_000 }),
+      ],
+    });
+    const [K1, K2] = [net.servers[0]!, net.servers[1]!];
+    const kim = makeUser('kim', ['kilo1', 'kilo2'], seedFor('kim'));
+    for (const [i, s] of [K1, K2].entries()) await (await connectUser(s.wsUrl, kim, `k${i}`)).close();
+    // 40 pairs of 60 000-byte bodies on kilo2 only: 4.8 MB of copies, 6.4 MB as base64, over one
+    // frame's 4 MiB if a single DmFetch answer carried them all.
+    const base = Date.now() - 60_000;
+    for (let i = 0; i < 40; i++) {
+      const p = pairOf({ from: 'kim', to: 'lou', timeMs: base + i, nonce: i }, { kind: 'text', bodyBytes: 60_000 });
+      await K2.ctx.store.messages.storePair({
+        incoming: p.incoming,
+        outgoing: p.outgoing,
+        nowMs: Date.now(),
+        outbox: { owners: new Map([['kim', true]]) },
+        delivery: null,
+      });
+    }
+    await using asK1 = await connectAsServer(K2.wsUrl, 'kilo1', 'kilo2');
+    const keys = await asK1.call<{ items: { messageKey: string }[] }>('DmKeys', {
+      ownerLogin: 'kim',
+      fromTimeMs: base,
+      toTimeMs: base + 40,
+    });
+    const first = await asK1.call<{ items: { messageKey: string; blobB64: string }[]; hasMore?: boolean }>('DmFetch', {
+      ownerLogin: 'kim',
+      messageKeys: keys.items.map((k) => k.messageKey),
+    });
+    assert.equal(first.hasMore, true, 'the answer was cut');
+    const raw = first.items.reduce((n, i) => n + Buffer.from(i.blobB64, 'base64').length, 0);
+    assert.ok(raw <= 1_000_000 && first.items.length % 2 === 0, `whole pairs within 1 000 000 bytes: ${raw}`);
+    assert.deepEqual(
+      first.items.map((i) => i.messageKey),
+      keys.items.slice(0, first.items.length).map((k) => k.messageKey),
+      'a prefix of the asked keys, in their order',
+    );
+
+    // A repair whose second DmFetch fails still reports the copies the first one stored.
+    const replication = K2.ctx.store.replication;
+    const dmRows = replication.dmRows.bind(replication);
+    let reads = 0;
+    replication.dmRows = (o, k) => (++reads === 2 ? Promise.reject(new Error('disk gone')) : dmRows(o, k));
+    let broken: RepairSummary;
+    try {
+      broken = await repair(K1.httpUrl, 'kim');
+    } finally {
+      replication.dmRows = dmRows;
+    }
+    // kim's own copy of each pair is in her rows of signed_messages (the other is lou's).
+    const stored = (await dmSnapshot(K1, 'kim')).copies.length;
+    assert.deepEqual(
+      { errors: broken.errors, differences: broken.differences, copiesRepaired: broken.copiesRepaired },
+      { errors: 1, differences: 80, copiesRepaired: first.items.length },
+      JSON.stringify(broken),
+    );
+    assert.equal(2 * stored, first.items.length, 'the first answer’s pairs stored before the failure');
+
+    const summary = await repair(K1.httpUrl, 'kim');
+    assert.deepEqual(
+      { errors: summary.errors, differences: summary.differences, copiesRepaired: summary.copiesRepaired },
+      { errors: 0, differences: 80 - 2 * stored, copiesRepaired: 80 - 2 * stored },
+      JSON.stringify(summary),
+    );
+    assert.deepEqual(await dmSnapshot(K1, 'kim'), await dmSnapshot(K2, 'kim'), "kim's history equal");
+  });
+
   it('DmDigest, DmKeys, DmFetch answer the owner’s copies to its other server, and each error code', async () => {
     await using net = await startNetwork({
       federate: true,

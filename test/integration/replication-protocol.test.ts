@@ -516,6 +516,31 @@ describe('replication protocol', () => {
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, owner), { owner, synced: 500, unsynced: 0 });
   });
 
+  it('a maxBytes above the default gets the default: 3 000 000 bytes, one frame', async () => {
+    const gil = makeUser('gil', both, seedFor('gil'));
+    for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, gil, `gil-${i}`)).close();
+    // 40 pairs of 60 000-byte bodies: 4.8 MB of copies, 6.4 MB as base64.
+    const t = Date.now() - 60_000;
+    for (let i = 0; i < 40; i++) {
+      const p = pairOf({ from: 'gil', to: 'dave', timeMs: t + i, nonce: i }, { kind: 'text', bodyBytes: 60_000 });
+      await srv(A1).ctx.store.messages.storePair({
+        incoming: p.incoming,
+        outgoing: p.outgoing,
+        nowMs: Date.now(),
+        outbox: { owners: new Map([['gil', false]]) },
+        delivery: null,
+      });
+    }
+    await using asA2 = await connectAsServer(srv(A1).wsUrl, 'alpha2', 'alpha1');
+    const answer = await asA2.request<DmPage>('DmSyncBatch', { ownerLogin: 'gil', maxBytes: 100_000_000 });
+    assert.ok(answer.ok);
+    const raw = answer.payload.items.reduce((n, i) => n + i.blobsB64.reduce((m, b) => m + fromBase64(b)!.length, 0), 0);
+    assert.ok(raw <= 3_000_000 && raw > 2_500_000, `${raw} bytes of copies`);
+    assert.equal(answer.payload.hasMore, true);
+    const frameBytes = Buffer.byteLength(JSON.stringify(answer));
+    assert.ok(frameBytes < MAX_FRAME, `${frameBytes} bytes`);
+  });
+
   it('`shine sync` runs a cycle through POST /admin/sync and prints its summary', async () => {
     const ok = await cli(['sync', '--server', srv(A2).httpUrl, '--admin-token', ADMIN_TOKEN]);
     assert.equal(ok.code, 0, ok.stderr);

@@ -12,7 +12,7 @@ import { fromBase64, toBase64 } from '../../protocol/bytes.js';
 import { compareRevision, incomingKeyOf, outgoingKeyOf, parseSyncId, syncIdOf } from '../../protocol/container.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { OpAnswer, OpName, OpPayload, RepairStats } from '../../protocol/ops.js';
-import { MAX_DIGEST_BUCKETS, MAX_FETCH_KEYS, MAX_KEYS_ITEMS } from '../../protocol/ops.js';
+import { MAX_DIGEST_BUCKETS, MAX_FETCH_BYTES, MAX_FETCH_KEYS, MAX_KEYS_ITEMS } from '../../protocol/ops.js';
 import { awaitedLater, untilAborted } from '../background/queue.js';
 import type { Clock } from '../clock.js';
 import type { PeerCaller } from '../federation/peer-caller.js';
@@ -155,27 +155,47 @@ export class AntiEntropy {
       const pairKey = outgoingKeyOf(key);
       if (pairKey) rowKeys.add(pairKey);
     }
-    const held = new Map<string, { blob: Uint8Array; storedAtMs: number }>();
+    const held = new Map<string, { blob: Uint8Array; storedAtMs: number; row: string }>();
     for (const row of await this.deps.store.replication.dmRows(owner, [...rowKeys])) {
       const keys = outboxCopyKeys(row.primaryMessageKey, row.blobs.length);
-      keys.forEach((k, i) => held.set(k, { blob: row.blobs[i]!, storedAtMs: row.storedAtMs }));
+      keys.forEach((k, i) =>
+        held.set(k, { blob: row.blobs[i]!, storedAtMs: row.storedAtMs, row: row.primaryMessageKey }),
+      );
     }
-    const items: OpAnswer<'DmFetch'>['items'] = [];
+    // The asked copies grouped by the row that holds them, rows in the order of their first key; the answer takes
+    // whole rows while they fit in MAX_FETCH_BYTES (the first always), so it fits in a frame.
+    const rows = new Map<string, { messageKey: string; blob: Uint8Array; storedAtMs: number }[]>();
     for (const messageKey of new Set(p.messageKeys)) {
       const copy = held.get(messageKey);
-      if (copy) items.push({ messageKey, blobB64: toBase64(copy.blob), storedAtMs: copy.storedAtMs });
+      if (!copy) continue;
+      const copies = rows.get(copy.row);
+      if (copies) copies.push({ messageKey, ...copy });
+      else rows.set(copy.row, [{ messageKey, ...copy }]);
     }
-    return { items };
+    const items: OpAnswer<'DmFetch'>['items'] = [];
+    let bytes = 0;
+    for (const copies of rows.values()) {
+      bytes += copies.reduce((n, c) => n + c.blob.length, 0);
+      if (items.length > 0 && bytes > MAX_FETCH_BYTES) return { items, hasMore: true };
+      for (const c of copies)
+        items.push({ messageKey: c.messageKey, blobB64: toBase64(c.blob), storedAtMs: c.storedAtMs });
+    }
+    return { items, hasMore: false };
   }
 
   // ---- puller ----
 
   /**
    * Compares owner's outbox with the peer's and fetches what this server lacks or holds older. For two
-   * equal histories: one DmDigest call of one bucket, and this server's digest from its index.
+   * equal histories: one DmDigest call of one bucket, and this server's digest from its index. Counts into stats as
+   * it goes, so a repair that fails part way still tells what it did.
    */
-  async repairOwner(peer: string, owner: string, signal: AbortSignal): Promise<RepairStats> {
-    const stats = emptyRepairStats();
+  async repairOwner(
+    peer: string,
+    owner: string,
+    signal: AbortSignal,
+    stats: RepairStats = emptyRepairStats(),
+  ): Promise<RepairStats> {
     try {
       await this.repair(peer, owner, signal, stats);
       this.runs.inc({ result: 'ok' });
@@ -253,6 +273,13 @@ export class AntiEntropy {
     let next = batches.length > 0 ? awaitedLater(fetchBatch(batches[0]!)) : null;
     for (let i = 0; next; i++) {
       const { rows, a } = await next;
+      // An answer cut at the peer's byte limit: the rows it left out are asked again, at the end.
+      if (a.hasMore) {
+        const answered = new Set(a.items.map((c) => c.messageKey));
+        const rest = rows.filter((r) => !r.keys.some((k) => answered.has(k)));
+        if (rest.length === rows.length) throw new ShineError('INTERNAL', 'DmFetch answered hasMore with no row');
+        if (rest.length > 0) batches.push(rest);
+      }
       next = i + 1 < batches.length ? awaitedLater(fetchBatch(batches[i + 1]!)) : null;
       stats.copiesRepaired += await this.storeFetched(peer, owner, rows, a.items);
     }

@@ -385,6 +385,7 @@ export class ReplicationService {
         OWNERS_AT_ONCE,
         async (owner) => {
           summary.users++;
+          const repaired = emptyRepairStats();
           try {
             // Each count is added once its pull is done (`x += await …` would read x before the wait, and lose
             // what the other owners' pulls added meanwhile).
@@ -392,8 +393,7 @@ export class ReplicationService {
             summary.settingsRows += settingsRows;
             const dmRows = await this.pullDm(peer, owner, signal);
             summary.dmRows += dmRows;
-            const repaired = await this.antiEntropy.repairOwner(peer, owner, signal);
-            summary.repairedCopies += repaired.copiesRepaired;
+            await this.antiEntropy.repairOwner(peer, owner, signal, repaired);
           } catch (err) {
             if (signal.aborted) return;
             summary.errors++;
@@ -402,6 +402,8 @@ export class ReplicationService {
               log.error('sync with peer broken off', { peer, owner, err: err.message });
             else log.warn('sync with peer failed', { peer, owner, err: String(err) });
             if (unavailable(err)) peerDown = true; // the next owners would fail alike
+          } finally {
+            summary.repairedCopies += repaired.copiesRepaired; // copies stored before a failure are repaired too
           }
         },
         () => peerDown || signal.aborted,
@@ -441,14 +443,16 @@ export class ReplicationService {
         let peerDown = false;
         const repairOne = async (o: string): Promise<void> => {
           summary.owners++;
+          const stats = emptyRepairStats();
           try {
-            const stats = await this.antiEntropy.repairOwner(peer, o, signal);
-            addRepairStats(summary, stats);
+            await this.antiEntropy.repairOwner(peer, o, signal, stats);
           } catch (err) {
             if (signal.aborted) return; // the server is stopping: not the owner's failure
             summary.errors++;
             log.warn('anti-entropy repair failed', { peer, owner: o, err: String(err) });
             if (unavailable(err)) peerDown = true; // the next owners would fail alike
+          } finally {
+            addRepairStats(summary, stats); // what a failed repair did before it failed, too
           }
         };
         const stop = () => peerDown || signal.aborted;
@@ -786,7 +790,8 @@ function pageQuery(owner: string, p: SyncBatchPayload, afterKey: string | undefi
     afterStoredAtMs: p.afterStoredAtMs ?? 0,
     afterKey: afterKey ?? '',
     limit: clamp(p.limit ?? PAGE_LIMIT, 1, PAGE_LIMIT),
-    maxBytes: p.maxBytes ?? DEFAULT_MAX_BYTES,
+    // More than the default would not fit in a frame (4 MiB) as base64: a larger ask gets the default.
+    maxBytes: Math.min(p.maxBytes ?? DEFAULT_MAX_BYTES, DEFAULT_MAX_BYTES),
   };
 }
 
