@@ -13,8 +13,10 @@
  * measured request; returns do not start cycles (SHINE_SYNC_ON_RETURN_MS is far off). Prints one JSON line.
  * BENCH_DB=postgres runs both on PostgreSQL instead, each on a fresh database with synchronous_commit on
  * (printed), analyzed after it is built as autovacuum would have.
- * Env: BENCH_REPAIR_COPIES, BENCH_LOSS, BENCH_DIGEST_COPIES, BENCH_SYNC (full | normal; default full),
- * BENCH_DB (sqlite | postgres; sqlite).
+ * BENCH_BODY_BYTES sets each message body's size (default 96): 60 000 makes copies of about 60 KB, so one
+ * DmFetch of 200 keys would be far more than a frame holds (docs/protocol.md decision 59).
+ * Env: BENCH_REPAIR_COPIES, BENCH_LOSS, BENCH_DIGEST_COPIES, BENCH_BODY_BYTES, BENCH_SYNC (full | normal; default
+ * full), BENCH_DB (sqlite | postgres; sqlite).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -36,6 +38,7 @@ import { machine, postgresDurability } from './lib/machine.js';
 const REPAIR_COPIES = Number(process.env.BENCH_REPAIR_COPIES ?? 200_000);
 const LOSS = Number(process.env.BENCH_LOSS ?? 0.1);
 const DIGEST_COPIES = Number(process.env.BENCH_DIGEST_COPIES ?? 1_000_000);
+const BODY_BYTES = Number(process.env.BENCH_BODY_BYTES ?? 96);
 const SYNC = (process.env.BENCH_SYNC ?? 'full') as 'full' | 'normal';
 const DB = process.env.BENCH_DB === 'postgres' ? 'postgres' : 'sqlite';
 const OWNER = 'alice';
@@ -79,7 +82,7 @@ async function buildPair(
     const pairs = Array.from({ length: Math.min(WINDOW, copies / 2 - start) }, (_, i) =>
       pairOf(
         { from: OWNER, to: 'bob', timeMs: baseMs + 2 * (start + i), nonce: start + i },
-        { kind: 'text', bodyBytes: 96 },
+        { kind: 'text', bodyBytes: BODY_BYTES },
       ),
     );
     await Promise.all(
@@ -175,6 +178,8 @@ let repairResult: Record<string, unknown>;
     buildSeconds: Number(built.seconds.toFixed(1)),
     seconds: Number(seconds.toFixed(2)),
     copiesPerSec: Math.round(lost / seconds),
+    bodyBytes: BODY_BYTES,
+    containerMBPerSec: Number(((lost * (BODY_BYTES + 172)) / seconds / 1e6).toFixed(1)),
     rangesCompared: summary.rangesCompared,
     roundTrips: summary.roundTrips,
     bytesExchanged: summary.bytes,
