@@ -261,26 +261,36 @@ export class AntiEntropy {
     await eachAtOnce(leaves, CONCURRENCY, async (leaf) => {
       wanted.push(...(await this.diffLeaf(peer, owner, leaf, call, stats)));
     });
-    // 3. Fetch them in batches of whole rows, each batch stored while the next is fetched.
-    const batches: WantedRow[][] = [];
-    for (const row of wanted) {
-      const last = batches.at(-1);
-      if (last && last.reduce((n, r) => n + r.keys.length, 0) + row.keys.length <= MAX_FETCH_KEYS) last.push(row);
-      else batches.push([row]);
-    }
-    const fetchBatch = (rows: WantedRow[]) =>
-      call('DmFetch', { ownerLogin: owner, messageKeys: rows.flatMap((r) => r.keys) }).then((a) => ({ rows, a }));
-    let next = batches.length > 0 ? awaitedLater(fetchBatch(batches[0]!)) : null;
-    for (let i = 0; next; i++) {
+    // 3. Fetch them in batches of whole rows (up to MAX_FETCH_KEYS keys), each batch stored while the next is
+    // fetched. An answer cut at the peer's byte limit (large copies) leaves rows out: they are asked again, and
+    // the batches after it ask for as many rows as it carried (twice that again after an answer not cut), so the
+    // peer does not read rows it then leaves out, again and again.
+    const queue = wanted;
+    let taken = 0;
+    let rowsPerAsk = Infinity;
+    const fetchNext = () => {
+      const rows: WantedRow[] = [];
+      let keys = 0;
+      while (taken < queue.length && rows.length < rowsPerAsk && keys + queue[taken]!.keys.length <= MAX_FETCH_KEYS) {
+        keys += queue[taken]!.keys.length;
+        rows.push(queue[taken++]!);
+      }
+      if (rows.length === 0) return null;
+      return awaitedLater(
+        call('DmFetch', { ownerLogin: owner, messageKeys: rows.flatMap((r) => r.keys) }).then((a) => ({ rows, a })),
+      );
+    };
+    let next = fetchNext();
+    while (next) {
       const { rows, a } = await next;
-      // An answer cut at the peer's byte limit: the rows it left out are asked again, at the end.
       if (a.hasMore) {
         const answered = new Set(a.items.map((c) => c.messageKey));
         const rest = rows.filter((r) => !r.keys.some((k) => answered.has(k)));
         if (rest.length === rows.length) throw new ShineError('INTERNAL', 'DmFetch answered hasMore with no row');
-        if (rest.length > 0) batches.push(rest);
-      }
-      next = i + 1 < batches.length ? awaitedLater(fetchBatch(batches[i + 1]!)) : null;
+        queue.push(...rest);
+        rowsPerAsk = rows.length - rest.length;
+      } else if (rowsPerAsk !== Infinity) rowsPerAsk *= 2;
+      next = fetchNext();
       stats.copiesRepaired += await this.storeFetched(peer, owner, rows, a.items);
     }
   }
