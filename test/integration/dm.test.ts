@@ -1097,6 +1097,31 @@ describe('dm: history paging and conversations', () => {
     assert.deepEqual([after.items, after.hasMore], [[], false]);
   });
 
+  it('a page of large messages is cut at 2 000 000 bytes of containers: hasMore, and the cursor goes on from the cut', async () => {
+    // 40 messages of 60 000-byte bodies, carol to dave: 200 of them in one answer would be about 17 MB.
+    await using dave = await connectUser(net.servers[0]!.wsUrl, pairUser('dave'));
+    const body = new Uint8Array(60_000).fill(7);
+    for (let i = 0; i < 40; i++) {
+      const p = testPair({ from: 'carol', to: 'dave', timeMs: T + i, nonce: i, body });
+      assert.equal((await carol.request('SendMessagePair', blobs(p))).status, 200);
+    }
+    const history = (q: object) =>
+      dave.call<OpResults['GetDirectMessages']>('GetDirectMessages', { peerLogin: 'carol', limit: 200, ...q });
+    const first = await history({});
+    const raw = first.items.reduce((n, i) => n + Buffer.from(i.blobB64, 'base64').length, 0);
+    assert.ok(raw <= 2_000_000 && first.items.length > 20, `${first.items.length} items, ${raw} bytes`);
+    assert.equal(first.hasMore, true, 'cut by its bytes');
+    const last = first.items.at(-1)!;
+    assert.deepEqual([first.nextBeforeTimeMs, first.nextBeforeMessageKey], [last.timeMs, last.messageKey]);
+    const rest = await history({ beforeTimeMs: first.nextBeforeTimeMs, beforeMessageKey: first.nextBeforeMessageKey });
+    assert.equal(rest.hasMore, false);
+    assert.deepEqual(
+      [...first.items, ...rest.items].map((i) => i.timeMs),
+      Array.from({ length: 40 }, (_, i) => T + 39 - i),
+      'every message once, newest first',
+    );
+  });
+
   it('a cursor inside a run of equal timeMs continues after exactly that message', async () => {
     const i = expected.findIndex(
       (e, k) => k > 0 && expected[k - 1]!.timeMs === e.timeMs && expected[k + 1]?.timeMs === e.timeMs,

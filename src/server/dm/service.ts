@@ -1,5 +1,5 @@
 /** Direct messages on one server: validating and storing pairs, history, receipts, deletes, replay. */
-import { fromBase64, toBase64 } from '../../protocol/bytes.js';
+import { base64DecodedLength, fromBase64, toBase64 } from '../../protocol/bytes.js';
 import type { Container } from '../../protocol/container.js';
 import { checkBlobSize, decodeBlob } from '../../protocol/blob.js';
 import {
@@ -66,6 +66,8 @@ export interface CheckedPair {
 }
 
 const REPLAY_PAGE = 500;
+/** Container bytes in one GetDirectMessages answer (at least one item): about 2.7 MB as base64. */
+const HISTORY_MAX_BYTES = 2_000_000;
 const HOUR = 3_600_000;
 /**
  * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
@@ -324,10 +326,23 @@ export class DmService {
       beforeMessageKey: payload.beforeMessageKey ?? '',
       limit,
     });
-    const last = page.items.at(-1);
+    // Whole items while their containers add up to HISTORY_MAX_BYTES (the first always): 200 copies of 64 KiB would
+    // be an answer of 17.7 MB, more than a socket may hold unsent (docs/protocol.md decision 60).
+    let items = page.items;
+    let hasMore = page.hasMore;
+    let bytes = 0;
+    for (let i = 0; i < items.length; i++) {
+      bytes += base64DecodedLength(items[i]!.blobB64);
+      if (i > 0 && bytes > HISTORY_MAX_BYTES) {
+        items = items.slice(0, i);
+        hasMore = true;
+        break;
+      }
+    }
+    const last = items.at(-1);
     return {
-      items: page.items,
-      hasMore: page.hasMore,
+      items,
+      hasMore,
       nextBeforeTimeMs: last?.timeMs ?? 0,
       nextBeforeMessageKey: last?.messageKey ?? '',
     };
