@@ -6,8 +6,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { WebSocket } from 'ws';
-import type { DirectMessageEvent } from '../../src/protocol/ops.js';
+import type { DirectMessageEvent, OpResults } from '../../src/protocol/ops.js';
 import type { RunningServer } from '../../src/server/app.js';
+import { metricSum } from '../helpers/metrics.js';
 import { startNetwork } from '../helpers/network.js';
 import { connectRaw } from '../helpers/raw-client.js';
 import { pairOf, seedFor, sendAll } from '../helpers/replication.js';
@@ -50,8 +51,8 @@ describe('transport faults', () => {
     });
   }
 
-  it('replay after login waits for the socket to drain: a backlog larger than wsMaxBufferedBytes arrives whole, in order', async () => {
-    const limit = 256 * 1024;
+  it('replay after login waits for the socket to drain: a backlog larger than wsMaxBufferedBytes arrives whole, in order, and a request answered meanwhile does not cut the socket off', async () => {
+    const limit = 384 * 1024;
     await using net = await startNetwork({
       servers: [{ serverLogin: 'alpha', wsMaxBufferedBytes: limit, rateLimit: { perSecond: 1e6, burst: 1e6 } }],
     });
@@ -85,10 +86,23 @@ describe('transport faults', () => {
       20_000,
       "the server's buffer for the phone filled, or the server cut the phone off",
     );
+    // A page of two messages (about 160 KB) asked while the replay waits: it fits in the room the replay left
+    // (half the limit). A replay that filled the buffer to its limit left less than one message's room.
+    const history = phone.request<OpResults['GetDirectMessages']>('GetDirectMessages', {
+      peerLogin: 'alice',
+      limit: 2,
+    });
+    await waitUntil(
+      async () => (await metricSum(server.httpUrl, 'shine_ops_total', { op: 'GetDirectMessages' })) > 0,
+      10_000,
+      'the history request answered',
+    );
     phone.socket.resume();
     const received = () => phone.events.filter((e) => e.op === 'DirectMessage').length;
     await waitUntil(() => closedEarly || received() >= pairs.length, 30_000, 'the whole backlog arrived');
     assert.equal(closedEarly, false, 'the phone was closed as a slow socket');
+    const page = await history;
+    assert.equal(page.ok && page.payload.items.length, 2, 'the history page arrived after the replay');
     const events = phone.events.filter((e) => e.op === 'DirectMessage').map((e) => e.payload as DirectMessageEvent);
     assert.deepEqual(
       events.map((e) => e.messageKey),

@@ -171,12 +171,15 @@ export class WsGateway {
 
   /**
    * Queues text once the socket's buffer has room for it, waiting for what is queued to flush first:
-   * a bulk send (replay) paced by the reader instead of being cut off as a slow consumer.
+   * a bulk send (replay) paced by the reader instead of being cut off as a slow consumer. It leaves room
+   * for the answers and live events written meanwhile: it fills the buffer to its limit less a frame (less
+   * half the limit, when that is smaller), so a request answered during a replay does not cut the socket off.
    */
   async writePaced(session: WsSession, text: string): Promise<boolean> {
     const { ws } = session;
     const limit = this.ctx.config.wsMaxBufferedBytes;
-    while (ws.readyState === WebSocket.OPEN && ws.bufferedAmount > 0 && ws.bufferedAmount + text.length > limit) {
+    const mark = limit - Math.min(MAX_FRAME, limit / 2);
+    while (ws.readyState === WebSocket.OPEN && ws.bufferedAmount > 0 && ws.bufferedAmount + text.length > mark) {
       await Promise.race([session.flushed, session.closed]);
     }
     return this.write(session, text);
