@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { MAX_FRAME } from '../../src/protocol/envelope.js';
 import { ShineError } from '../../src/protocol/errors.js';
 import type { UserProfile } from '../../src/protocol/identity.js';
 import { OpRegistry } from '../../src/server/api/registry.js';
@@ -48,6 +49,13 @@ function setup(serverLogin = 'alpha') {
     .add('GetDmDeliveryStatus', {
       auth: 'server',
       handle: async (_p, s) => ({ messageKey: s.serverLogin ?? '', known: false, delivered: false }),
+    })
+    .add('GetUserSettings', {
+      auth: 'none',
+      // As many settings as asked for, each a 64 KiB value (as base64).
+      handle: async ({ keys }) => ({
+        items: (keys ?? []).map((key) => ({ key, valueB64: 'A'.repeat(87_384), updatedAtMs: 0 })),
+      }),
     })
     .add('AuthChallenge', { auth: 'none', handle: () => Promise.reject(new Error('secret database detail')) })
     .add('RegisterUser', { auth: 'none', handle: () => Promise.reject(new ShineError('FORBIDDEN', 'not you')) })
@@ -133,6 +141,20 @@ describe('Dispatcher', () => {
       'TOO_LARGE',
       { requestId: '' },
     );
+  });
+
+  it('answers 413 TOO_LARGE instead of an answer that would pass a frame (4 MiB), and counts it so', async () => {
+    const { send, lines, metrics } = setup();
+    const keys = (n: number) => ({ keys: Array.from({ length: n }, (_, i) => `k${i}`) });
+    const fits = await send(fakeSession(), keys(47), 'GetUserSettings');
+    assert.equal(fits.response.status, 200);
+    assert.equal(fits.text, JSON.stringify(fits.response));
+    assert.ok(Buffer.byteLength(fits.text) < MAX_FRAME, `${fits.text.length} bytes`);
+    const over = await send(fakeSession(), keys(49), 'GetUserSettings');
+    assertError(over.response, 413, 'TOO_LARGE', { op: 'GetUserSettings', requestId: 'r1' });
+    assert.equal(over.text, JSON.stringify(over.response));
+    assert.ok(lines.some((l) => l.includes('answer larger than a frame')));
+    assert.match(await metrics.render(), /shine_ops_total\{op="GetUserSettings",status="413"\} 1/);
   });
 
   it('collects after-answer work', async () => {

@@ -3,7 +3,7 @@
  * Socket-free, so every rule of docs/protocol.md §5 about requests lives here and nowhere else.
  */
 import type { Request, Response } from '../../protocol/envelope.js';
-import { EnvelopeError, errorResponse, okResponse, parseRequest } from '../../protocol/envelope.js';
+import { EnvelopeError, MAX_FRAME, errorResponse, okResponse, parseRequest } from '../../protocol/envelope.js';
 import { ShineError } from '../../protocol/errors.js';
 import type { OpCall, OpRegistry, PayloadIssue } from '../api/registry.js';
 import { UNFEDERATED_SERVER_LOGIN } from '../config/config.js';
@@ -14,9 +14,14 @@ import type { Session } from '../sessions.js';
 
 export interface DispatchResult {
   response: Response;
+  /** The answer's frame: JSON of response, at most MAX_FRAME bytes. */
+  text: string;
   /** Work the handler asked to run once the answer has been written. */
   afterAnswer: (() => Promise<void>)[];
 }
+
+/** What answer() decides, before it is made a frame. */
+type Answered = Omit<DispatchResult, 'text'>;
 
 const MAX_MESSAGE = 500;
 
@@ -41,16 +46,31 @@ export class Dispatcher {
    */
   async dispatch(session: Session, text: string, reject?: ShineError): Promise<DispatchResult> {
     const started = performance.now();
-    const result = await this.answer(session, text, reject);
-    const def = this.registry.get(result.response.op);
+    const answered = await this.answer(session, text, reject);
+    const { afterAnswer } = answered;
+    let { response } = answered;
+    let frame = JSON.stringify(response);
+    // No answer may pass a frame (docs/protocol.md §5): a peer's socket would refuse it and drop every call on it,
+    // a client's would be cut off as a slow reader past wsMaxBufferedBytes. 413 instead: the request asked for too much.
+    if (frame.length > MAX_FRAME / 3 && Buffer.byteLength(frame) > MAX_FRAME) {
+      const bytes = Buffer.byteLength(frame);
+      this.log.warn('answer larger than a frame', { op: response.op, requestId: response.requestId, bytes });
+      response = errorResponse(
+        response.op,
+        response.requestId,
+        new ShineError('TOO_LARGE', `the answer would be ${bytes} bytes, over a frame's ${MAX_FRAME}: ask for less`),
+      );
+      frame = JSON.stringify(response);
+    }
+    const def = this.registry.get(response.op);
     // Unregistered op names are client-chosen; never let them become label values.
-    const op = def ? result.response.op : result.response.op === '' ? '_invalid' : '_unknown';
-    this.opsTotal.inc({ op, status: result.response.status });
+    const op = def ? response.op : response.op === '' ? '_invalid' : '_unknown';
+    this.opsTotal.inc({ op, status: response.status });
     this.opSeconds.observe((performance.now() - started) / 1000, { op });
-    return result;
+    return { response, text: frame, afterAnswer };
   }
 
-  private async answer(session: Session, text: string, reject: ShineError | undefined): Promise<DispatchResult> {
+  private async answer(session: Session, text: string, reject: ShineError | undefined): Promise<Answered> {
     let request: Request;
     try {
       request = parseRequest(text);
@@ -120,7 +140,7 @@ class RequestCall implements OpCall {
   }
 }
 
-function fail(to: { op?: string | undefined; requestId?: string | undefined }, err: ShineError): DispatchResult {
+function fail(to: { op?: string | undefined; requestId?: string | undefined }, err: ShineError): Answered {
   return { response: errorResponse(to.op ?? '', to.requestId ?? '', err), afterAnswer: [] };
 }
 

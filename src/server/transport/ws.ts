@@ -246,8 +246,8 @@ export class WsGateway {
   private async onText(session: WsSession, bucket: TokenBucket, data: RawData): Promise<void> {
     const bytes = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
     const reject = await this.rejection(session, bucket, bytes.length);
-    const { response, afterAnswer } = await this.dispatcher.dispatch(session, bytes.toString('utf8'), reject);
-    if (!(await this.flush(session, JSON.stringify(response)))) return;
+    const { response, text, afterAnswer } = await this.dispatcher.dispatch(session, bytes.toString('utf8'), reject);
+    if (!(await this.flush(session, text))) return;
     for (const fn of afterAnswer) {
       try {
         await fn();
