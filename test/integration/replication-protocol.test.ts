@@ -516,7 +516,7 @@ describe('replication protocol', () => {
     assert.deepEqual(await outboxCounts(srv(A1).httpUrl, owner), { owner, synced: 500, unsynced: 0 });
   });
 
-  it('a maxBytes above the default gets the default: 3 000 000 bytes, one frame', async () => {
+  it('a maxBytes above the default gets the default, and a page at the default fits in one frame however its keys are escaped', async () => {
     const gil = makeUser('gil', both, seedFor('gil'));
     for (const i of [A1, A2]) await (await connectUser(srv(i).wsUrl, gil, `gil-${i}`)).close();
     // 40 pairs of 60 000-byte bodies: 4.8 MB of copies, 6.4 MB as base64.
@@ -539,6 +539,26 @@ describe('replication protocol', () => {
     assert.equal(answer.payload.hasMore, true);
     const frameBytes = Buffer.byteLength(JSON.stringify(answer));
     assert.ok(frameBytes < MAX_FRAME, `${frameBytes} bytes`);
+
+    // Settings whose keys JSON escapes (128 control characters: 768 bytes each, twice a row): a page at the
+    // default maxBytes still fits in a frame.
+    for (let i = 0; i < 500; i++) {
+      await srv(A1).ctx.store.settings.setSetting({
+        owner: 'gil',
+        key: String.fromCharCode(1).repeat(124) + String(i).padStart(4, '0'),
+        value: new Uint8Array(5_800).fill(i % 256),
+        updatedAtMs: t,
+        nowMs: Date.now(),
+        synced: false,
+      });
+    }
+    const page = await asA2.request<SettingsPage>('UserSettingsSyncBatch', { ownerLogin: 'gil' });
+    assert.ok(page.ok, JSON.stringify(!page.ok && page.error));
+    const settingsFrame = Buffer.byteLength(JSON.stringify(page));
+    assert.ok(
+      page.payload.hasMore && settingsFrame < MAX_FRAME,
+      `${page.payload.items.length} rows, ${settingsFrame} bytes`,
+    );
   });
 
   it('`shine sync` runs a cycle through POST /admin/sync and prints its summary', async () => {

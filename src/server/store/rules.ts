@@ -268,6 +268,14 @@ export function settingKeyOfSyncId(syncId: string): string | null {
 }
 
 /**
+ * What a settings row counts against a sync page's maxBytes: its value, and its key as the JSON of the page carries it
+ * twice (key and syncId; a key may hold characters JSON escapes), so that a page within maxBytes stays within a
+ * frame as base64 (docs/protocol.md §7).
+ */
+export const settingRowBytes = (key: string, value: Uint8Array): number =>
+  value.length + 2 * Buffer.byteLength(JSON.stringify(key));
+
+/**
  * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
  * rows holds up to limit + 1 rows so that hasMore needs no second query.
  */

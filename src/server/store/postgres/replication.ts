@@ -2,7 +2,7 @@
 import type pg from 'pg';
 import { parseSyncId } from '../../../protocol/container.js';
 import { unpackBlobs } from '../blobs.js';
-import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
+import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, settingRowBytes, takeWithinBytes } from '../rules.js';
 import type {
   DigestBucket,
   DmSyncRow,
@@ -58,7 +58,7 @@ export class PgReplicationStore implements ReplicationStore {
          ORDER BY stored_at_ms, key LIMIT $4`,
         [q.owner, q.afterStoredAtMs, q.afterKey, q.limit + 1],
       );
-      const page = takeWithinBytes(r.rows, q.limit, q.maxBytes, (row) => row.value.length + row.key.length);
+      const page = takeWithinBytes(r.rows, q.limit, q.maxBytes, (row) => settingRowBytes(row.key, row.value));
       return {
         items: page.items.map((row) => ({
           key: row.key,

@@ -1,7 +1,7 @@
 /** The replication area on SQLite: the DM outbox (dm_sync_outbox) and settings rows a user's other server pulls. */
 import { parseSyncId } from '../../../protocol/container.js';
 import { unpackBlobs } from '../blobs.js';
-import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, takeWithinBytes } from '../rules.js';
+import { DIGEST_PAGE_ROWS, DigestFold, settingKeyOfSyncId, settingRowBytes, takeWithinBytes } from '../rules.js';
 import type {
   DigestBucket,
   DmSyncRow,
@@ -74,7 +74,7 @@ export class SqliteReplicationStore extends SqliteArea implements ReplicationSto
       select: `SELECT key, value, updated_at_ms, stored_at_ms, sync_id FROM user_settings INDEXED BY user_settings_unsynced
          WHERE owner_login = ? AND synced = 0 AND (stored_at_ms, key) > (?, ?)
          ORDER BY stored_at_ms, key LIMIT ?`,
-      size: (r) => r.value.length + r.key.length,
+      size: (r) => settingRowBytes(r.key, r.value),
       toItem: (r) => ({
         key: r.key,
         value: new Uint8Array(r.value),
