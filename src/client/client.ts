@@ -590,7 +590,18 @@ export class ShineClient {
   /** Reads and decrypts settings (all, or the given keys); deleted ones are absent. */
   async getSettings(keys?: string[]): Promise<Setting[]> {
     const me = this.me();
-    const { items } = await this.request('GetUserSettings', keys === undefined ? {} : { keys });
+    // Page by page: an answer ends at about 2 MB of values (hasMore), and goes on after nextKey.
+    const items: OpAnswer<'GetUserSettings'>['items'] = [];
+    let afterKey: string | undefined;
+    for (;;) {
+      const page = await this.request(
+        'GetUserSettings',
+        Object.assign(keys === undefined ? {} : { keys }, afterKey === undefined ? {} : { afterKey }),
+      );
+      items.push(...page.items);
+      if (!page.hasMore || page.items.length === 0) break;
+      afterKey = page.nextKey ?? page.items.at(-1)!.key;
+    }
     return items.map((item) => {
       const raw = fromBase64(item.valueB64);
       if (!raw) throw new ShineClientError('BAD_BLOB', 0, `setting ${item.key} is not base64`);

@@ -88,7 +88,10 @@ export const opSchemas = {
   GetConversations: z.object({ limit: z.number().int().optional() }),
   AckSessionDelivery: z.object({ messageKeys: z.array(z.string().min(1).max(256)).max(1000) }),
   SetUserSetting: z.object({ key: z.string().min(1).max(128), valueB64: b64, updatedAtMs: ms }),
-  GetUserSettings: z.object({ keys: z.array(z.string().min(1).max(128)).max(1000).optional() }),
+  GetUserSettings: z.object({
+    keys: z.array(z.string().min(1).max(128)).max(1000).optional(),
+    afterKey: z.string().max(128).optional(),
+  }),
 
   // WebPush (docs/protocol.md §5.5); endpoint and keys are checked by the push area (BAD_FIELDS)
   GetWebPushConfig: z.object({}),
@@ -253,7 +256,11 @@ export const opAnswerSchemas = {
   }),
   AckSessionDelivery: z.object({ acked: num }),
   SetUserSetting: z.object({ key: z.string(), updatedAtMs: num, applied: z.boolean() }),
-  GetUserSettings: z.object({ items: z.array(z.object({ key: z.string(), valueB64: z.string(), updatedAtMs: num })) }),
+  GetUserSettings: z.object({
+    items: z.array(z.object({ key: z.string(), valueB64: z.string(), updatedAtMs: num })),
+    hasMore: z.boolean().optional(),
+    nextKey: z.string().optional(),
+  }),
   GetWebPushConfig: z.object({ vapidPublicKey: z.string() }),
   UpsertPushToken: z.object({ stored: z.literal(true) }),
   DeletePushToken: z.object({ deleted: num }),

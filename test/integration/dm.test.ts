@@ -1268,7 +1268,36 @@ describe('dm: settings', () => {
     ]);
     const everything = (await read()).map((i) => i[0]);
     for (const key of ['k-a', 'k-b', 'k-c', 'theme', 'draft']) assert.ok(everything.includes(key), key);
-    assert.deepEqual(await bob.call('GetUserSettings', {}), { items: [] });
-    assert.deepEqual(await bob.call('GetUserSettings', { keys: ['k-a'] }), { items: [] });
+    const none = { items: [], hasMore: false, nextKey: '' };
+    assert.deepEqual(await bob.call('GetUserSettings', {}), none);
+    assert.deepEqual(await bob.call('GetUserSettings', { keys: ['k-a'] }), none);
+  });
+
+  it('pages by key (UTF-8 byte order) and ends a page at 2 000 000 bytes of values: hasMore, afterKey = nextKey', async () => {
+    await using carol = await connectUser(net.servers[0]!.wsUrl, makeUser('carol', ['alpha']));
+    // 40 settings of 60 000 bytes (2.4 MB); 'z…' sorts before 'é…' in byte order (0x7a < 0xc3), not in most collations.
+    const keys = Array.from({ length: 40 }, (_, i) => `${i < 20 ? 'z' : 'é'}${String(i).padStart(2, '0')}`);
+    for (const [i, key] of keys.entries()) {
+      const answer = await carol.call<OpResults['SetUserSetting']>('SetUserSetting', {
+        key,
+        valueB64: toBase64(new Uint8Array(60_000).fill(i)),
+        updatedAtMs: 5_000,
+      });
+      assert.equal(answer.applied, true);
+    }
+    const page = (q: object) => carol.call<OpResults['GetUserSettings']>('GetUserSettings', q);
+    const first = await page({});
+    assert.equal(first.items.length, 33, '33 × 60 000 bytes, the 34th would pass 2 000 000');
+    assert.deepEqual([first.hasMore, first.nextKey], [true, first.items.at(-1)!.key]);
+    const rest = await page({ afterKey: first.nextKey });
+    assert.deepEqual([rest.items.length, rest.hasMore, rest.nextKey], [7, false, keys.at(-1)]);
+    assert.deepEqual(
+      [...first.items, ...rest.items].map((i) => i.key),
+      keys,
+      'every key once, z… before é…',
+    );
+    // With keys: the same order and cut, over the named ones only.
+    const named = await page({ keys: [keys[39]!, keys[0]!, keys[1]!], afterKey: keys[0] });
+    assert.deepEqual([named.items.map((i) => i.key), named.hasMore], [[keys[1], keys[39]], false]);
   });
 });

@@ -159,6 +159,16 @@ describe('SDK against a real server', () => {
     await a.setSetting('theme', null, 2000);
     assert.deepEqual(await a2.getSettings(['theme']), []);
   });
+
+  it('reads settings past one answer (about 2 MB of values) page by page', async () => {
+    const keys = Array.from({ length: 40 }, (_, i) => `big-${String(i).padStart(2, '0')}`);
+    for (const [i, key] of keys.entries()) await a.setSetting(key, new Uint8Array(60_000).fill(i), 3000);
+    const all = (await a2.getSettings()).filter((s) => s.key.startsWith('big-'));
+    assert.deepEqual(
+      all.map((s) => [s.key, s.value.length, s.value[0]]),
+      keys.map((k, i) => [k, 60_000, i]),
+    );
+  });
 });
 
 /** Runs the CLI as a user would (TypeScript through tsx) and collects its output. */

@@ -68,6 +68,8 @@ export interface CheckedPair {
 const REPLAY_PAGE = 500;
 /** Container bytes in one GetDirectMessages answer (at least one item): about 2.7 MB as base64. */
 const HISTORY_MAX_BYTES = 2_000_000;
+/** Value bytes in one GetUserSettings answer (at least one setting): about 2.7 MB as base64. */
+const SETTINGS_MAX_BYTES = 2_000_000;
 const HOUR = 3_600_000;
 /**
  * How far a device's replay floor stays behind the clock: far more than a write waits between taking its
@@ -425,9 +427,30 @@ export class DmService {
     return { key: payload.key, ...r };
   }
 
+  /**
+   * The user's settings (or the named ones) after afterKey, in the byte order of their keys' UTF-8, whole ones while
+   * their values add up to SETTINGS_MAX_BYTES (the first always); hasMore where cut (docs/protocol.md decision 61).
+   */
   async getSettings(payload: OpPayload<'GetUserSettings'>, session: UserSession): Promise<OpAnswer<'GetUserSettings'>> {
-    const rows = await this.deps.store.settings.getSettings(session.login, payload.keys);
-    return { items: rows.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs })) };
+    const rows = (await this.deps.store.settings.getSettings(session.login, payload.keys)).map((r) => ({
+      row: r,
+      bytes: Buffer.from(r.key),
+    }));
+    rows.sort((a, b) => Buffer.compare(a.bytes, b.bytes));
+    const after = payload.afterKey === undefined ? null : Buffer.from(payload.afterKey);
+    const items: OpAnswer<'GetUserSettings'>['items'] = [];
+    let bytes = 0;
+    let hasMore = false;
+    for (const { row, bytes: key } of rows) {
+      if (after && Buffer.compare(key, after) <= 0) continue;
+      bytes += row.value.length;
+      if (items.length > 0 && bytes > SETTINGS_MAX_BYTES) {
+        hasMore = true;
+        break;
+      }
+      items.push({ key: row.key, valueB64: toBase64(row.value), updatedAtMs: row.updatedAtMs });
+    }
+    return { items, hasMore, nextKey: items.at(-1)?.key ?? payload.afterKey ?? '' };
   }
 }
 
