@@ -596,6 +596,48 @@ export function storeContract(factory: StoreFactory): void {
       assert.equal((await store.settings.getSettings('alice', ['theme'])).length, 0, 'an empty value is a removal');
     });
 
+    it('settingsPage: keys in UTF-8 byte order after afterKey, only the named ones, deleted left out, cut by bytes', async () => {
+      const store = await fresh();
+      const put = (key: string, bytes: number) =>
+        store.settings.setSetting({
+          owner: 'gina',
+          key,
+          value: new Uint8Array(bytes).fill(1),
+          updatedAtMs: 100,
+          nowMs: 100,
+          synced: false,
+        });
+      // 'Z' < 'a' < 'z' < 'é' in byte order (most collations put 'é' before 'z', some 'a' before 'Z').
+      for (const key of ['é1', 'z1', 'a1', 'Z1', 'gone']) await put(key, 1_000);
+      await store.settings.setSetting({
+        owner: 'gina',
+        key: 'gone',
+        value: new Uint8Array(0),
+        updatedAtMs: 200,
+        nowMs: 200,
+        synced: false,
+      });
+      const page = async (afterKey: string, maxBytes: number, keys?: string[]) => {
+        const p = await store.settings.settingsPage({ owner: 'gina', keys, afterKey, maxBytes });
+        return [p.items.map((i) => i.key), p.hasMore];
+      };
+      assert.deepEqual(await page('', 1 << 20), [['Z1', 'a1', 'z1', 'é1'], false]);
+      // Each counts 1 000 + 4 (its key as JSON, quotes included) + 64 bytes.
+      assert.deepEqual(await page('', 2 * 1_068), [['Z1', 'a1'], true]);
+      assert.deepEqual(await page('', 2 * 1_068 - 1), [['Z1'], true]);
+      assert.deepEqual(await page('', 1), [['Z1'], true], 'the first row comes whatever its size');
+      // 'é' is two bytes of UTF-8: 'é1' counts 1 069.
+      assert.deepEqual(await page('a1', 1_068 + 1_069), [['z1', 'é1'], false]);
+      assert.deepEqual(await page('a1', 1_068 + 1_068), [['z1'], true]);
+      assert.deepEqual(await page('z', 1 << 20, ['é1', 'Z1', 'gone', 'missing']), [['é1'], false]);
+      assert.deepEqual((await store.settings.settingsPage({ owner: 'nobody', afterKey: '', maxBytes: 1 })).items, []);
+      const [first] = (await store.settings.settingsPage({ owner: 'gina', afterKey: '', maxBytes: 1 })).items;
+      assert.deepEqual(
+        [first!.key, first!.value.length, first!.updatedAtMs, first!.storedAtMs],
+        ['Z1', 1_000, 100, 100],
+      );
+    });
+
     it('replays to a known device what it has not acknowledged, again after a newer revision', async () => {
       const store = await fresh();
       assert.deepEqual(await store.devices.touchDevice('erin', 'phone', T0), { firstSeenAtMs: T0, isNew: true });

@@ -28,6 +28,7 @@ import type { BulkVerifier, VerifyJob } from '../crypto/verify-pool.js';
 import { inlineBulkVerifier } from '../crypto/verify-pool.js';
 import type { Session, UserSession } from '../sessions.js';
 import type { CopyResult, StorePairResult, StoredCopy, Store } from '../store/types.js';
+import { takeWithinBytes } from '../store/rules.js';
 import type { ServerKey } from '../keys.js';
 import { ownReceipt, storedReceipt } from '../delivery/receipts.js';
 
@@ -68,7 +69,7 @@ export interface CheckedPair {
 const REPLAY_PAGE = 500;
 /** Container bytes in one GetDirectMessages answer (at least one item): about 2.7 MB as base64. */
 const HISTORY_MAX_BYTES = 2_000_000;
-/** Value bytes in one GetUserSettings answer (at least one setting): about 2.7 MB as base64. */
+/** Bytes in one GetUserSettings answer as rules.settingAnswerBytes counts them (at least one setting): about 2.7 MB as JSON. */
 const SETTINGS_MAX_BYTES = 2_000_000;
 const HOUR = 3_600_000;
 /**
@@ -330,21 +331,13 @@ export class DmService {
     });
     // Whole items while their containers add up to HISTORY_MAX_BYTES (the first always): 200 copies of 64 KiB would
     // be an answer of 17.7 MB, more than a socket may hold unsent (docs/protocol.md decision 60).
-    let items = page.items;
-    let hasMore = page.hasMore;
-    let bytes = 0;
-    for (let i = 0; i < items.length; i++) {
-      bytes += base64DecodedLength(items[i]!.blobB64);
-      if (i > 0 && bytes > HISTORY_MAX_BYTES) {
-        items = items.slice(0, i);
-        hasMore = true;
-        break;
-      }
-    }
+    const { items, hasMore } = takeWithinBytes(page.items, Infinity, HISTORY_MAX_BYTES, (i) =>
+      base64DecodedLength(i.blobB64),
+    );
     const last = items.at(-1);
     return {
       items,
-      hasMore,
+      hasMore: hasMore || page.hasMore,
       nextBeforeTimeMs: last?.timeMs ?? 0,
       nextBeforeMessageKey: last?.messageKey ?? '',
     };
@@ -428,29 +421,19 @@ export class DmService {
   }
 
   /**
-   * The user's settings (or the named ones) after afterKey, in the byte order of their keys' UTF-8, whole ones while
-   * their values add up to SETTINGS_MAX_BYTES (the first always); hasMore where cut (docs/protocol.md decision 61).
+   * The user's settings (or the named ones) after afterKey, in the byte order of their keys' UTF-8, whole ones up to
+   * SETTINGS_MAX_BYTES (the first always); hasMore where cut (docs/protocol.md decision 61).
    */
   async getSettings(payload: OpPayload<'GetUserSettings'>, session: UserSession): Promise<OpAnswer<'GetUserSettings'>> {
-    const rows = (await this.deps.store.settings.getSettings(session.login, payload.keys)).map((r) => ({
-      row: r,
-      bytes: Buffer.from(r.key),
-    }));
-    rows.sort((a, b) => Buffer.compare(a.bytes, b.bytes));
-    const after = payload.afterKey === undefined ? null : Buffer.from(payload.afterKey);
-    const items: OpAnswer<'GetUserSettings'>['items'] = [];
-    let bytes = 0;
-    let hasMore = false;
-    for (const { row, bytes: key } of rows) {
-      if (after && Buffer.compare(key, after) <= 0) continue;
-      bytes += row.value.length;
-      if (items.length > 0 && bytes > SETTINGS_MAX_BYTES) {
-        hasMore = true;
-        break;
-      }
-      items.push({ key: row.key, valueB64: toBase64(row.value), updatedAtMs: row.updatedAtMs });
-    }
-    return { items, hasMore, nextKey: items.at(-1)?.key ?? payload.afterKey ?? '' };
+    const afterKey = payload.afterKey ?? '';
+    const page = await this.deps.store.settings.settingsPage({
+      owner: session.login,
+      keys: payload.keys,
+      afterKey,
+      maxBytes: SETTINGS_MAX_BYTES,
+    });
+    const items = page.items.map((r) => ({ key: r.key, valueB64: toBase64(r.value), updatedAtMs: r.updatedAtMs }));
+    return { items, hasMore: page.hasMore, nextKey: items.at(-1)?.key ?? afterKey };
   }
 }
 

@@ -19,7 +19,7 @@ import type { PeerCaller } from '../federation/peer-caller.js';
 import type { Logger } from '../log.js';
 import type { Counter, Metrics } from '../metrics.js';
 import type { Session } from '../sessions.js';
-import { outboxCopyKeys } from '../store/rules.js';
+import { outboxCopyKeys, takeWithinBytes } from '../store/rules.js';
 import type { DigestBucket, Store, TimeRange } from '../store/types.js';
 
 /** A row as DmSyncBatch carries it: what the puller's page storer takes. */
@@ -172,15 +172,13 @@ export class AntiEntropy {
       if (copies) copies.push({ messageKey, ...copy });
       else rows.set(copy.row, [{ messageKey, ...copy }]);
     }
-    const items: OpAnswer<'DmFetch'>['items'] = [];
-    let bytes = 0;
-    for (const copies of rows.values()) {
-      bytes += copies.reduce((n, c) => n + c.blob.length, 0);
-      if (items.length > 0 && bytes > MAX_FETCH_BYTES) return { items, hasMore: true };
-      for (const c of copies)
-        items.push({ messageKey: c.messageKey, blobB64: toBase64(c.blob), storedAtMs: c.storedAtMs });
-    }
-    return { items, hasMore: false };
+    const cut = takeWithinBytes(rows.values(), Infinity, MAX_FETCH_BYTES, (copies) =>
+      copies.reduce((n, c) => n + c.blob.length, 0),
+    );
+    const items = cut.items
+      .flat()
+      .map((c) => ({ messageKey: c.messageKey, blobB64: toBase64(c.blob), storedAtMs: c.storedAtMs }));
+    return { items, hasMore: cut.hasMore };
   }
 
   // ---- puller ----

@@ -276,11 +276,12 @@ export const settingRowBytes = (key: string, value: Uint8Array): number =>
   value.length + 2 * Buffer.byteLength(JSON.stringify(key));
 
 /**
- * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone.
- * rows holds up to limit + 1 rows so that hasMore needs no second query.
+ * The first rows of a page within limit and maxBytes; one row larger than maxBytes still comes alone. hasMore says
+ * a row was left: an array of rows holds up to limit + 1 rows so that hasMore needs no second query, and an iterator
+ * (a statement's rows) is read no further than the first row left out.
  */
 export function takeWithinBytes<T>(
-  rows: T[],
+  rows: Iterable<T>,
   limit: number,
   maxBytes: number,
   size: (row: T) => number,
@@ -288,14 +289,21 @@ export function takeWithinBytes<T>(
   const items: T[] = [];
   let bytes = 0;
   for (const row of rows) {
-    if (items.length === limit) break;
+    if (items.length === limit) return { items, hasMore: true };
     const n = size(row);
-    if (items.length > 0 && bytes + n > maxBytes) break;
+    if (items.length > 0 && bytes + n > maxBytes) return { items, hasMore: true };
     items.push(row);
     bytes += n;
   }
-  return { items, hasMore: rows.length > items.length };
+  return { items, hasMore: false };
 }
+
+/**
+ * What a setting counts against a GetUserSettings answer's bytes (docs/protocol.md decision 61): its value, its key as
+ * JSON, and 64 for the item's other fields, so that a page of many small settings stays as small as one of few large.
+ */
+export const settingAnswerBytes = (key: string, valueBytes: number): number =>
+  valueBytes + Buffer.byteLength(JSON.stringify(key)) + 64;
 
 /**
  * Folds outbox rows, fed in ascending timeMs order, into the digest buckets of ascending disjoint ranges

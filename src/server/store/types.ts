@@ -361,6 +361,19 @@ export interface SettingsStore {
    */
   setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }>;
   getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]>;
+  /**
+   * One GetUserSettings answer's rows: owner's settings (or only keys) after afterKey in the byte order of the keys'
+   * UTF-8, deleted ones left out, whole rows while rules.settingAnswerBytes adds up to maxBytes (the first always).
+   * Reads no value past the cut.
+   */
+  settingsPage(q: SettingsPageQuery): Promise<{ items: SettingRow[]; hasMore: boolean }>;
+}
+
+export interface SettingsPageQuery {
+  owner: string;
+  keys?: readonly string[] | undefined;
+  afterKey: string;
+  maxBytes: number;
 }
 
 /** One process of this server, as its heartbeat row shows it (docs/protocol.md §9.2). */

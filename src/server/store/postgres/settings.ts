@@ -1,6 +1,6 @@
 /** Synced user settings on PostgreSQL (user_settings): read and write under the (owner, key) row lock. */
-import { settingSyncId, settingWins } from '../rules.js';
-import type { SetSettingInput, SettingRow, SettingsStore } from '../types.js';
+import { settingAnswerBytes, settingSyncId, settingWins, takeWithinBytes } from '../rules.js';
+import type { SetSettingInput, SettingRow, SettingsPageQuery, SettingsStore } from '../types.js';
 import type { PgDb } from './db.js';
 
 export class PgSettingsStore implements SettingsStore {
@@ -57,5 +57,39 @@ export class PgSettingsStore implements SettingsStore {
       updatedAtMs: row.updated_at_ms,
       storedAtMs: row.stored_at_ms,
     }));
+  }
+
+  async settingsPage(q: SettingsPageQuery): Promise<{ items: SettingRow[]; hasMore: boolean }> {
+    // The "C" collation compares the keys' UTF-8 bytes. Keys and lengths first (octet_length reads no toasted value),
+    // as many as one answer could hold (every setting counts at least 67 bytes, and the first always comes) and one
+    // more, to tell hasMore.
+    const most = Math.max(1, Math.floor(q.maxBytes / settingAnswerBytes('', 1))) + 1;
+    const sizes = await this.db.query<{ key: string; n: number }>(
+      `SELECT key, octet_length(value) AS n FROM user_settings
+       WHERE owner_login = $1 AND key COLLATE "C" > $2 AND octet_length(value) > 0
+         AND ($3::text[] IS NULL OR key = ANY($3::text[]))
+       ORDER BY key COLLATE "C" LIMIT $4`,
+      [q.owner, q.afterKey, q.keys ? [...q.keys] : null, most],
+    );
+    const page = takeWithinBytes(sizes.rows, Infinity, q.maxBytes, (r) => settingAnswerBytes(r.key, r.n));
+    if (page.items.length === 0) return { items: [], hasMore: false };
+    const r = await this.db.query<{ key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number }>(
+      `SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = $1 AND key = ANY($2::text[])`,
+      [q.owner, page.items.map((i) => i.key)],
+    );
+    const byKey = new Map(r.rows.map((row) => [row.key, row]));
+    const items: SettingRow[] = [];
+    for (const { key } of page.items) {
+      const row = byKey.get(key);
+      // Deleted or emptied between the two reads: left out, as a read a moment later would.
+      if (row && row.value.length > 0)
+        items.push({
+          key,
+          value: new Uint8Array(row.value),
+          updatedAtMs: row.updated_at_ms,
+          storedAtMs: row.stored_at_ms,
+        });
+    }
+    return { items, hasMore: page.hasMore };
   }
 }

@@ -1,6 +1,6 @@
 /** The settings area on SQLite: user_settings, last writer wins (docs/protocol.md §5.2). */
-import { settingSyncId, settingWins } from '../rules.js';
-import type { SetSettingInput, SettingRow, SettingsStore } from '../types.js';
+import { settingAnswerBytes, settingSyncId, settingWins, takeWithinBytes } from '../rules.js';
+import type { SetSettingInput, SettingRow, SettingsPageQuery, SettingsStore } from '../types.js';
 import { SqliteArea } from './db.js';
 
 export class SqliteSettingsStore extends SqliteArea implements SettingsStore {
@@ -43,5 +43,29 @@ export class SqliteSettingsStore extends SqliteArea implements SettingsStore {
         updatedAtMs: r.updated_at_ms,
         storedAtMs: r.stored_at_ms,
       }));
+  }
+
+  async settingsPage(q: SettingsPageQuery): Promise<{ items: SettingRow[]; hasMore: boolean }> {
+    // BINARY collation compares the keys' UTF-8 bytes. Lengths come first, each value only once its row is taken.
+    const keyed = q.keys !== undefined;
+    const rows = this.sql(
+      `SELECT key, length(value) AS n FROM user_settings WHERE owner_login = ? AND key > ? AND length(value) > 0
+       ${keyed ? 'AND key IN (SELECT value FROM json_each(?))' : ''} ORDER BY key`,
+    ).iterate(...[q.owner, q.afterKey, ...(keyed ? [JSON.stringify(q.keys)] : [])]) as Iterable<{
+      key: string;
+      n: number;
+    }>;
+    const page = takeWithinBytes(rows, Infinity, q.maxBytes, (r) => settingAnswerBytes(r.key, r.n));
+    const read = this.sql(
+      'SELECT value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? AND key = ?',
+    );
+    const items: SettingRow[] = [];
+    for (const { key } of page.items) {
+      const r = read.get(q.owner, key) as { value: Buffer; updated_at_ms: number; stored_at_ms: number } | undefined;
+      // Deleted or emptied between the two reads: left out, as a read a moment later would.
+      if (r && r.value.length > 0)
+        items.push({ key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms });
+    }
+    return { items, hasMore: page.hasMore };
   }
 }
