@@ -600,7 +600,9 @@ export class ShineClient {
       );
       items.push(...page.items);
       if (!page.hasMore || page.items.length === 0) break;
-      afterKey = page.nextKey ?? page.items.at(-1)!.key;
+      const next = page.nextKey ?? page.items.at(-1)!.key;
+      if (next === afterKey) throw new ShineClientError('BAD_FIELDS', 0, 'GetUserSettings: nextKey did not move on');
+      afterKey = next;
     }
     return items.map((item) => {
       const raw = fromBase64(item.valueB64);

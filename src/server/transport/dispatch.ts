@@ -47,8 +47,7 @@ export class Dispatcher {
   async dispatch(session: Session, text: string, reject?: ShineError): Promise<DispatchResult> {
     const started = performance.now();
     const answered = await this.answer(session, text, reject);
-    const { afterAnswer } = answered;
-    let { response } = answered;
+    let { response, afterAnswer } = answered;
     let frame = JSON.stringify(response);
     // No answer may pass a frame (docs/protocol.md §5): a peer's socket would refuse it and drop every call on it,
     // a client's would be cut off as a slow reader past wsMaxBufferedBytes. 413 instead: the request asked for too much.
@@ -61,6 +60,7 @@ export class Dispatcher {
         new ShineError('TOO_LARGE', `the answer would be ${bytes} bytes, over a frame's ${MAX_FRAME}: ask for less`),
       );
       frame = JSON.stringify(response);
+      afterAnswer = []; // the work that follows an answer follows that answer only
     }
     const def = this.registry.get(response.op);
     // Unregistered op names are client-chosen; never let them become label values.
