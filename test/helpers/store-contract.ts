@@ -27,6 +27,10 @@ import { publicKeyOf, testPair } from './containers.js';
 
 export const T0 = 1_774_700_000_000;
 
+/** Every setting of owner (or the named ones), as one unbounded page of settingsPage. */
+export const allSettings = async (store: Store, owner: string, keys?: string[]) =>
+  (await store.settings.settingsPage({ owner, keys, afterKey: '', maxBytes: Infinity })).items;
+
 /** A genesis block of login as the chain store takes it (the store checks links, not signatures). */
 const genesisInput = (login: string) => ({
   login,
@@ -554,7 +558,7 @@ export function storeContract(factory: StoreFactory): void {
       assert.deepEqual(await set([2], 100), { applied: true, updatedAtMs: 100 });
       assert.deepEqual(await set([2, 0], 100), { applied: true, updatedAtMs: 100 });
       assert.deepEqual(
-        (await store.settings.getSettings('alice')).map((s) => [s.key, [...s.value]]),
+        (await allSettings(store, 'alice')).map((s) => [s.key, [...s.value]]),
         [['theme', [2, 0]]],
       );
       await set([7], 150, 'lang', true);
@@ -589,11 +593,11 @@ export function storeContract(factory: StoreFactory): void {
       });
       assert.deepEqual(await store.replication.markUnsynced('alice'), { updated: 2, dmUpdated: 0 });
       assert.deepEqual(
-        (await store.settings.getSettings('alice', ['lang', 'none'])).map((s) => s.key),
+        (await allSettings(store, 'alice', ['lang', 'none'])).map((s) => s.key),
         ['lang'],
       );
       await set([], 200);
-      assert.equal((await store.settings.getSettings('alice', ['theme'])).length, 0, 'an empty value is a removal');
+      assert.equal((await allSettings(store, 'alice', ['theme'])).length, 0, 'an empty value is a removal');
     });
 
     it('settingsPage: keys in UTF-8 byte order after afterKey, only the named ones, deleted left out, cut by bytes', async () => {

@@ -18,6 +18,7 @@ import { startNetwork } from '../helpers/network.js';
 import { metricValue, replicationServer, syncNow } from '../helpers/replication.js';
 import { makeUser } from '../helpers/users.js';
 import { waitUntil } from '../helpers/wait.js';
+import { allSettings } from '../helpers/store-contract.js';
 
 interface SettingItem {
   syncId: string;
@@ -150,7 +151,7 @@ describe('replication: a peer that breaks the pull protocol', () => {
       const summary = await syncNow(t.a2.httpUrl);
       assert.equal(summary.errors, 0);
       assert.equal(summary.settingsRows, 1);
-      const stored = await t.a2.ctx.store.settings.getSettings('fine', ['theme', 'future']);
+      const stored = await allSettings(t.a2.ctx.store, 'fine', ['theme', 'future']);
       assert.deepEqual(
         stored.map((r) => r.key),
         ['theme'],
@@ -164,7 +165,7 @@ describe('replication: a peer that breaks the pull protocol', () => {
       assert.equal(await metricValue(t.a2.httpUrl, 'sync_errors_total', 'peer="alpha1"'), 1);
       // Left unsynced at the peer: it is offered again, and refused again, until its time has come.
       await syncNow(t.a2.httpUrl);
-      assert.equal((await t.a2.ctx.store.settings.getSettings('fine', ['future'])).length, 0);
+      assert.equal((await allSettings(t.a2.ctx.store, 'fine', ['future'])).length, 0);
     },
   );
 

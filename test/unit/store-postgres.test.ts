@@ -17,7 +17,7 @@ import { openPostgresStore } from '../../src/server/store/postgres/store.js';
 import type { Store } from '../../src/server/store/types.js';
 import type { PairSpec } from '../helpers/containers.js';
 import { testPair } from '../helpers/containers.js';
-import { outbox, putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import { allSettings, outbox, putPair, storeContract, T0 } from '../helpers/store-contract.js';
 import type { TestDb } from '../helpers/test-db.js';
 import { freshTestDb, queryTestDb } from '../helpers/test-db.js';
 
@@ -195,7 +195,7 @@ describe('PostgreSQL: several processes on one database', () => {
       synced: false,
     }));
     await Promise.all(writes.map((w, i) => (i % 2 === 0 ? a : b).settings.setSetting(w)));
-    const [stored] = await a.settings.getSettings('race-set');
+    const [stored] = await allSettings(a, 'race-set');
     // The newest updatedAtMs (T0 + 4: i = 4, 9, 14, 19), then the largest value bytes among them.
     assert.deepEqual([stored?.updatedAtMs, [...(stored?.value ?? [])]], [T0 + 4, [5, 19]]);
   });

@@ -19,7 +19,7 @@ import type { SqliteStoreOptions } from '../../src/server/store/sqlite/store.js'
 import type { AutoTuning, ThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
 import { openThreadedSqliteStore } from '../../src/server/store/sqlite/threaded.js';
 import { testPair } from '../helpers/containers.js';
-import { putPair, storeContract, T0 } from '../helpers/store-contract.js';
+import { allSettings, putPair, storeContract, T0 } from '../helpers/store-contract.js';
 import { queryTestDb } from '../helpers/test-db.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'shine-contract-'));
@@ -299,7 +299,7 @@ describe('SQLite: group commit', () => {
       { commits: 1, jobs: 4 },
     );
     assert.equal(await store.meta.getMeta('split'), 'one');
-    assert.equal((await store.settings.getSettings('ivan')).length, 1);
+    assert.equal((await allSettings(store, 'ivan')).length, 1);
     assert.equal(await store.nonces.rememberS2sNonce('srv.example', 'bm9uY2U=', T0 + 1, T0 - 1), false);
   });
 

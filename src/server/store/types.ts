@@ -360,7 +360,6 @@ export interface SettingsStore {
    * whether it changed. Isolation: read and write under a lock on the (owner, key) row.
    */
   setSetting(input: SetSettingInput): Promise<{ applied: boolean; updatedAtMs: number }>;
-  getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]>;
   /**
    * One GetUserSettings answer's rows: owner's settings (or only keys) after afterKey in the byte order of the keys'
    * UTF-8, deleted ones left out, whole rows while rules.settingAnswerBytes adds up to maxBytes (the first always).

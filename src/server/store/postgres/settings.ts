@@ -45,25 +45,13 @@ export class PgSettingsStore implements SettingsStore {
     });
   }
 
-  async getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]> {
-    const r = await this.db.query<{ key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number }>(
-      `SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings
-       WHERE owner_login = $1 AND ($2::text[] IS NULL OR key = ANY($2::text[])) AND length(value) > 0 ORDER BY key`,
-      [owner, keys ? [...keys] : null],
-    );
-    return r.rows.map((row) => ({
-      key: row.key,
-      value: new Uint8Array(row.value),
-      updatedAtMs: row.updated_at_ms,
-      storedAtMs: row.stored_at_ms,
-    }));
-  }
-
   async settingsPage(q: SettingsPageQuery): Promise<{ items: SettingRow[]; hasMore: boolean }> {
     // The "C" collation compares the keys' UTF-8 bytes. Keys and lengths first (octet_length reads no toasted value),
     // as many as one answer could hold (every setting counts at least 67 bytes, and the first always comes) and one
     // more, to tell hasMore.
-    const most = Math.max(1, Math.floor(q.maxBytes / settingAnswerBytes('', 1))) + 1;
+    const most = Number.isFinite(q.maxBytes)
+      ? Math.max(1, Math.floor(q.maxBytes / settingAnswerBytes('', 1))) + 1
+      : null;
     const sizes = await this.db.query<{ key: string; n: number }>(
       `SELECT key, octet_length(value) AS n FROM user_settings
        WHERE owner_login = $1 AND key COLLATE "C" > $2 AND octet_length(value) > 0

@@ -30,21 +30,6 @@ export class SqliteSettingsStore extends SqliteArea implements SettingsStore {
     });
   }
 
-  async getSettings(owner: string, keys?: readonly string[]): Promise<SettingRow[]> {
-    const rows = this.sql(
-      'SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? ORDER BY key',
-    ).all(owner) as { key: string; value: Buffer; updated_at_ms: number; stored_at_ms: number }[];
-    const wanted = keys ? new Set(keys) : null;
-    return rows
-      .filter((r) => (!wanted || wanted.has(r.key)) && r.value.length > 0)
-      .map((r) => ({
-        key: r.key,
-        value: new Uint8Array(r.value),
-        updatedAtMs: r.updated_at_ms,
-        storedAtMs: r.stored_at_ms,
-      }));
-  }
-
   async settingsPage(q: SettingsPageQuery): Promise<{ items: SettingRow[]; hasMore: boolean }> {
     // BINARY collation compares the keys' UTF-8 bytes. Lengths come first, each value only once its row is taken.
     const keyed = q.keys !== undefined;
