@@ -261,8 +261,9 @@ export class AntiEntropy {
     });
     // 3. Fetch them in batches of whole rows (up to MAX_FETCH_KEYS keys), each batch stored while the next is
     // fetched. An answer cut at the peer's byte limit (large copies) leaves rows out: they are asked again, and
-    // the batches after it ask for as many rows as it carried (twice that again after an answer not cut), so the
-    // peer does not read rows it then leaves out, again and again.
+    // the batches after it ask for as many rows as it carried (twice that again after an answer not cut), so after
+    // the first cut the peer mostly reads only rows it answers. A row the peer answered in part (it lacks a copy) is
+    // skipped by storeFetched, as one deleted meanwhile; the next repair looks at it again.
     const queue = wanted;
     let taken = 0;
     let rowsPerAsk = Infinity;

@@ -41,16 +41,27 @@ export class SqliteSettingsStore extends SqliteArea implements SettingsStore {
       n: number;
     }>;
     const page = takeWithinBytes(rows, Infinity, q.maxBytes, (r) => settingAnswerBytes(r.key, r.n));
-    const read = this.sql(
-      'SELECT value, updated_at_ms, stored_at_ms FROM user_settings WHERE owner_login = ? AND key = ?',
-    );
-    const items: SettingRow[] = [];
-    for (const { key } of page.items) {
-      const r = read.get(q.owner, key) as { value: Buffer; updated_at_ms: number; stored_at_ms: number } | undefined;
-      // Deleted or emptied between the two reads: left out, as a read a moment later would.
-      if (r && r.value.length > 0)
-        items.push({ key, value: new Uint8Array(r.value), updatedAtMs: r.updated_at_ms, storedAtMs: r.stored_at_ms });
-    }
+    const last = page.items.at(-1);
+    if (!last) return { items: [], hasMore: false };
+    // The values of the rows taken, in one statement: the same range, up to the last key taken.
+    const rows2 = this.sql(
+      `SELECT key, value, updated_at_ms, stored_at_ms FROM user_settings
+       WHERE owner_login = ? AND key > ? AND key <= ? AND length(value) > 0
+       ${keyed ? 'AND key IN (SELECT value FROM json_each(?))' : ''} ORDER BY key`,
+    ).all(...[q.owner, q.afterKey, last.key, ...(keyed ? [JSON.stringify(q.keys)] : [])]) as {
+      key: string;
+      value: Buffer;
+      updated_at_ms: number;
+      stored_at_ms: number;
+    }[];
+    // A row deleted or added in the range between the two reads is left out or comes too, as a read a moment later
+    // would show it; the cursor goes on after the last key either way.
+    const items: SettingRow[] = rows2.map((r) => ({
+      key: r.key,
+      value: new Uint8Array(r.value),
+      updatedAtMs: r.updated_at_ms,
+      storedAtMs: r.stored_at_ms,
+    }));
     return { items, hasMore: page.hasMore };
   }
 }
